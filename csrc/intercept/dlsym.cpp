@@ -1,0 +1,38 @@
+// dlsym: the CUDA runtime finds cuGetProcAddress in libcuda with dlsym, so this is where the
+// interposition starts. Only symbols that would resolve into libcuda and that the table names are
+// answered with a handler; every other lookup goes to glibc as a sibling call, so that glibc still
+// sees the original caller (RTLD_NEXT is relative to the caller's object; a normal call from here
+// would make it relative to libfoundry.so and break other interposers).
+#include <dlfcn.h>
+
+#include <cstring>
+
+#include "driver/driver.h"
+#include "intercept/handlers.h"
+#include "intercept/table.h"
+
+namespace {
+
+bool from_libcuda(void* address) {
+  Dl_info info{};
+  if (dladdr(address, &info) == 0 || info.dli_fname == nullptr) return false;
+  const char* base = std::strrchr(info.dli_fname, '/');
+  base = base ? base + 1 : info.dli_fname;
+  return std::strncmp(base, "libcuda.so", 10) == 0;
+}
+
+__attribute__((noinline)) void* cuda_dlsym(void* handle, const char* name) {
+  void* found = foundry::glibc_dlsym()(handle, name);
+  if (found == nullptr || !from_libcuda(found)) return found;
+  void* handler = foundry::handler_for_symbol(name);
+  if (handler == nullptr) return found;
+  foundry::count(foundry::kDlsymAnswers);
+  return handler;
+}
+
+}  // namespace
+
+FOUNDRY_EXPORT void* dlsym(void* handle, const char* name) {
+  if (name[0] == 'c' && name[1] == 'u') return cuda_dlsym(handle, name);
+  return foundry::glibc_dlsym()(handle, name);
+}

@@ -1,0 +1,542 @@
+#include "modules/registry.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "archive/bytes.h"
+#include "archive/container.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "driver/driver.h"
+#include "modules/image_format.h"
+
+namespace foundry {
+namespace {
+
+constexpr uint32_t kSectionMeta = 1;
+constexpr uint32_t kSectionSegment = 2;
+constexpr uint32_t kImageMetaVersion = 1;
+constexpr const char* kImageSuffix = ".fimg";
+constexpr size_t kMaxEntryName = 1 << 16;
+constexpr const char* kNvshmemProbe = "nvshmemi_device_state_d";
+
+// The layout of __fatBinC_Wrapper_t (fatbinary_section.h), rebuilt at LOAD for -rdc images.
+struct FatbinWrapper {
+  int magic;
+  int version;
+  const unsigned long long* data;
+  void* filename_or_fatbins;
+};
+constexpr int kWrapperMagic = 0x466243B1;
+
+std::string hash_name(uint64_t hash) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64, hash);
+  return buf;
+}
+
+// Memory inside a loaded object's mapping lives as long as the object (the fatbins cudart
+// registers live in .nv_fatbin of a loaded library): no need to copy it.
+bool in_loaded_object(const uint8_t* p, size_t n) {
+  Dl_info a{}, b{};
+  if (n == 0 || dladdr(p, &a) == 0 || dladdr(p + n - 1, &b) == 0) return false;
+  return a.dli_fbase != nullptr && a.dli_fbase == b.dli_fbase;
+}
+
+}  // namespace
+
+Registry& Registry::instance() {
+  static Registry* r = new Registry();  // never destroyed: load calls can come during exit
+  return *r;
+}
+
+PendingImage Registry::inspect(const void* image, bool copy_transient) {
+  PendingImage p;
+  if (image == nullptr) return p;
+  auto view = inspect_image(image, SIZE_MAX);
+  if (!view.ok()) {
+    LOG_DEBUG("image at %p not recognised: %s", image, view.status().message().c_str());
+    return p;
+  }
+  p.parsed = true;
+  p.kind = static_cast<uint32_t>(view.value().kind);
+  p.size = view.value().total_size;
+  p.wrapper_version = view.value().wrapper_version;
+  for (const auto& seg : view.value().segments) {
+    if (!copy_transient || in_loaded_object(seg.data, seg.size)) {
+      p.segments.emplace_back(seg.data, seg.size);
+    } else {
+      p.owned.emplace_back(seg.data, seg.data + seg.size);
+      p.segments.emplace_back(p.owned.back().data(), p.owned.back().size());
+    }
+  }
+  return p;
+}
+
+PendingImage Registry::inspect_file(const char* path) {
+  PendingImage p;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return p;
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!bytes.empty() && bytes.back() != 0) bytes.push_back(0);  // PTX text files need the NUL
+  auto view = inspect_image(bytes.data(), bytes.size());
+  if (!view.ok()) return p;
+  p.parsed = true;
+  p.kind = static_cast<uint32_t>(view.value().kind);
+  p.size = view.value().total_size;
+  p.wrapper_version = view.value().wrapper_version;
+  bytes.resize(view.value().total_size);
+  p.owned.push_back(std::move(bytes));
+  p.segments.emplace_back(p.owned.back().data(), p.owned.back().size());
+  return p;
+}
+
+static uint64_t hash_segments(const std::vector<std::pair<const uint8_t*, size_t>>& segments) {
+  Hasher64 h;
+  for (const auto& s : segments) h.update(s.first, s.second);
+  return h.digest();
+}
+
+bool Registry::find_archived(PendingImage& p, Loader loader, void** handle) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (archived_count_ == 0 || !p.parsed) return false;
+  // Hash only when an archived image has the same size: the common load pays nothing.
+  bool candidate = std::any_of(records_.begin(), records_.end(), [&](const auto& r) {
+    return r->from_archive && r->size == p.size && r->loader == loader;
+  });
+  if (!candidate) return false;
+  uint64_t hash = hash_segments(p.segments);
+  for (auto& r : records_) {
+    if (!r->from_archive || r->hash != hash || r->size != p.size || r->loader != loader) continue;
+    if (loader == Loader::kLibrary && !r->libraries.empty()) *handle = r->libraries.front();
+    else if (loader == Loader::kModule && !r->modules.empty()) *handle = r->modules.front();
+    else continue;
+    LOG_DEBUG("load of image %s answered with the archived handle", hash_name(hash).c_str());
+    return true;
+  }
+  return false;
+}
+
+void Registry::add(PendingImage p, Loader loader, void* handle) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  auto r = std::make_unique<ImageRecord>();
+  r->kind = p.kind;
+  r->size = p.size;
+  r->wrapper_version = p.wrapper_version;
+  r->loader = loader;
+  r->segments = std::move(p.segments);
+  r->owned = std::move(p.owned);
+  if (loader == Loader::kLibrary) r->libraries.push_back(static_cast<CUlibrary>(handle));
+  else {
+    r->modules.push_back(static_cast<CUmodule>(handle));
+    by_module_[static_cast<CUmodule>(handle)] = r.get();
+  }
+  by_handle_[handle] = r.get();
+  records_.push_back(std::move(r));
+}
+
+bool Registry::is_archived_handle(void* handle, Loader loader) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  auto it = by_handle_.find(handle);
+  return it != by_handle_.end() && it->second->from_archive && it->second->loader == loader;
+}
+
+void Registry::forget_handle(void* handle, Loader loader) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  auto it = by_handle_.find(handle);
+  if (it == by_handle_.end()) return;
+  ImageRecord* r = it->second;
+  by_handle_.erase(it);
+  auto& mods = r->modules;
+  auto& libs = r->libraries;
+  if (loader == Loader::kModule) {
+    mods.erase(std::remove(mods.begin(), mods.end(), static_cast<CUmodule>(handle)), mods.end());
+    by_module_.erase(static_cast<CUmodule>(handle));
+  } else {
+    libs.erase(std::remove(libs.begin(), libs.end(), static_cast<CUlibrary>(handle)), libs.end());
+  }
+  r->resolved.clear();
+}
+
+uint64_t Registry::count() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  return records_.size();
+}
+
+void Registry::ensure_hashed(ImageRecord& r) {
+  if (r.hashed) return;
+  r.hash = hash_segments(r.segments);
+  r.hashed = true;
+}
+
+Status Registry::ensure_entries(ImageRecord& r) {
+  if (r.entries_known) return Status::Ok();
+  auto drv = driver();
+  if (!drv.ok()) return drv.status();
+  const Driver* d = drv.value();
+  std::vector<std::string> names;
+  if (!r.libraries.empty() && d->cuLibraryGetKernelCount && d->cuLibraryEnumerateKernels && d->cuKernelGetName) {
+    unsigned int n = 0;
+    FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuLibraryGetKernelCount(&n, r.libraries.front()), "cuLibraryGetKernelCount"));
+    std::vector<CUkernel> kernels(n);
+    if (n) FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuLibraryEnumerateKernels(kernels.data(), n, r.libraries.front()), "cuLibraryEnumerateKernels"));
+    for (CUkernel k : kernels) {
+      const char* name = nullptr;
+      FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuKernelGetName(&name, k), "cuKernelGetName"));
+      names.emplace_back(name ? name : "");
+    }
+  } else if (!r.modules.empty() && d->cuModuleGetFunctionCount && d->cuModuleEnumerateFunctions) {
+    unsigned int n = 0;
+    FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuModuleGetFunctionCount(&n, r.modules.front()), "cuModuleGetFunctionCount"));
+    std::vector<CUfunction> funcs(n);
+    if (n) FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuModuleEnumerateFunctions(funcs.data(), n, r.modules.front()), "cuModuleEnumerateFunctions"));
+    for (CUfunction f : funcs) {
+      const char* name = nullptr;
+      FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuFuncGetName(&name, f), "cuFuncGetName"));
+      names.emplace_back(name ? name : "");
+    }
+  } else {
+    return Error(FOUNDRY_ERR_STATE, "image " + hash_name(r.hash) + " has no loaded handle to enumerate its kernels");
+  }
+  std::sort(names.begin(), names.end());
+  r.entries = std::move(names);
+  r.entries_known = true;
+  return Status::Ok();
+}
+
+Status Registry::record_at(uint64_t index, foundry_image_record* out) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (index >= records_.size()) return Error(FOUNDRY_ERR_INVALID_ARGUMENT, "image index out of range");
+  ImageRecord& r = *records_[index];
+  ensure_hashed(r);
+  Status entries = ensure_entries(r);
+  if (!entries.ok()) LOG_DEBUG("entries of image %s unknown: %s", hash_name(r.hash).c_str(), entries.message().c_str());
+  out->hash = r.hash;
+  out->size = r.size;
+  out->kind = r.kind;
+  out->loader = static_cast<uint32_t>(r.loader);
+  out->segments = static_cast<uint32_t>(r.segments.size());
+  out->entry_count = static_cast<uint32_t>(r.entries.size());
+  out->nvshmem = r.nvshmem > 0 ? 1 : 0;
+  out->from_archive = r.from_archive ? 1 : 0;
+  return Status::Ok();
+}
+
+ImageRecord* Registry::by_hash(uint64_t hash) {
+  ImageRecord* fallback = nullptr;
+  for (auto& r : records_) {
+    ensure_hashed(*r);
+    if (r->hash != hash) continue;
+    if (!r->libraries.empty() || !r->modules.empty()) return r.get();  // prefer a loaded one
+    fallback = r.get();
+  }
+  return fallback;
+}
+
+Result<std::string> Registry::entry_name(uint64_t hash, uint32_t i) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  ImageRecord* r = by_hash(hash);
+  if (r == nullptr) return Error(FOUNDRY_ERR_NOT_FOUND, "no image " + hash_name(hash));
+  FOUNDRY_RETURN_IF_ERROR(ensure_entries(*r));
+  if (i >= r->entries.size()) return Error(FOUNDRY_ERR_INVALID_ARGUMENT, "entry index out of range");
+  return r->entries[i];
+}
+
+ImageRecord* Registry::find_by_module(CUmodule mod) {
+  auto it = by_module_.find(mod);
+  if (it != by_module_.end()) return it->second;
+  // Library modules are learnt lazily: asking for them can make the driver load the module, so
+  // only libraries not asked before are visited.
+  const Driver* d = driver_if_open();
+  if (d == nullptr || d->cuLibraryGetModule == nullptr) return nullptr;
+  for (; libraries_mapped_ < records_.size(); ++libraries_mapped_) {
+    ImageRecord* r = records_[libraries_mapped_].get();
+    for (CUlibrary lib : r->libraries) {
+      CUmodule m = nullptr;
+      if (d->cuLibraryGetModule(&m, lib) == CUDA_SUCCESS && m != nullptr) by_module_[m] = r;
+    }
+  }
+  it = by_module_.find(mod);
+  return it == by_module_.end() ? nullptr : it->second;
+}
+
+Status Registry::lookup(CUfunction func, CUkernel kern, uint64_t* hash, std::string* name) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  auto drv = driver();
+  if (!drv.ok()) return drv.status();
+  const Driver* d = drv.value();
+  const char* n = nullptr;
+  ImageRecord* r = nullptr;
+  if (kern != nullptr) {
+    CUlibrary lib = nullptr;
+    FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuKernelGetName(&n, kern), "cuKernelGetName"));
+    if (d->cuKernelGetLibrary(&lib, kern) == CUDA_SUCCESS) {
+      auto it = by_handle_.find(lib);
+      if (it != by_handle_.end()) r = it->second;
+    }
+  }
+  if (r == nullptr && func != nullptr) {
+    if (n == nullptr) FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuFuncGetName(&n, func), "cuFuncGetName"));
+    CUmodule mod = nullptr;
+    if (d->cuFuncGetModule(&mod, func) == CUDA_SUCCESS) r = find_by_module(mod);
+  }
+  if (n == nullptr) return Error(FOUNDRY_ERR_INVALID_ARGUMENT, "kernel node has neither a function nor a kernel handle");
+  if (r == nullptr) {
+    return Error(FOUNDRY_ERR_NOT_FOUND, std::string("kernel '") + n +
+                                            "' comes from an image Foundry did not see loaded (was the process started with "
+                                            "the preload, e.g. `foundry run -- ...`?)");
+  }
+  ensure_hashed(*r);
+  *hash = r->hash;
+  *name = n;
+  return Status::Ok();
+}
+
+Result<CUfunction> Registry::resolve(uint64_t hash, const std::string& name) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  ImageRecord* r = by_hash(hash);
+  if (r == nullptr) return Error(FOUNDRY_ERR_NOT_FOUND, "image " + hash_name(hash) + " is not loaded (is it in the archive?)");
+  auto cached = r->resolved.find(name);
+  if (cached != r->resolved.end()) return cached->second;
+  const Driver* d = driver_if_open();
+  CUfunction f = nullptr;
+  if (!r->libraries.empty()) {
+    CUkernel k = nullptr;
+    CUresult res = d->cuLibraryGetKernel(&k, r->libraries.front(), name.c_str());
+    if (res == CUDA_SUCCESS) res = d->cuKernelGetFunction(&f, k);
+    if (res != CUDA_SUCCESS) {
+      return Error(FOUNDRY_ERR_NOT_FOUND, "kernel '" + name + "' not found in image " + hash_name(hash) + ": " +
+                                              cuda_error(res, "cuLibraryGetKernel").message());
+    }
+  } else if (!r->modules.empty()) {
+    CUresult res = d->cuModuleGetFunction(&f, r->modules.front(), name.c_str());
+    if (res != CUDA_SUCCESS) {
+      return Error(FOUNDRY_ERR_NOT_FOUND, "kernel '" + name + "' not found in image " + hash_name(hash) + ": " +
+                                              cuda_error(res, "cuModuleGetFunction").message());
+    }
+  } else {
+    return Error(FOUNDRY_ERR_STATE, "image " + hash_name(hash) + " was unloaded");
+  }
+  r->resolved[name] = f;
+  return f;
+}
+
+// ---- packing ------------------------------------------------------------------------------
+
+static Status make_dirs(const std::string& path) {
+  std::string partial;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      if (!partial.empty() && mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+        return Error(FOUNDRY_ERR_IO, "cannot create directory " + partial + ": " + std::strerror(errno));
+      }
+    }
+    if (i < path.size()) partial += path[i];
+  }
+  return Status::Ok();
+}
+
+static int probe_nvshmem(const Driver* d, ImageRecord& r) {
+  CUdeviceptr ptr;
+  size_t bytes;
+  if (!r.libraries.empty() && d->cuLibraryGetGlobal) {
+    return d->cuLibraryGetGlobal(&ptr, &bytes, r.libraries.front(), kNvshmemProbe) == CUDA_SUCCESS ? 1 : 0;
+  }
+  if (!r.modules.empty() && d->cuModuleGetGlobal) {
+    return d->cuModuleGetGlobal(&ptr, &bytes, r.modules.front(), kNvshmemProbe) == CUDA_SUCCESS ? 1 : 0;
+  }
+  return 0;
+}
+
+Status Registry::pack(const std::string& dir, const std::vector<uint64_t>& hashes, int arch) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  auto drv = driver();
+  if (!drv.ok()) return drv.status();
+  std::string images_dir = dir + "/images";
+  FOUNDRY_RETURN_IF_ERROR(make_dirs(images_dir));
+  for (uint64_t hash : hashes) {
+    ImageRecord* r = by_hash(hash);
+    if (r == nullptr) return Error(FOUNDRY_ERR_NOT_FOUND, "image " + hash_name(hash) + " is not in the registry");
+    FOUNDRY_RETURN_IF_ERROR(ensure_entries(*r));
+    if (r->nvshmem < 0) r->nvshmem = probe_nvshmem(drv.value(), *r);
+    // Store only the device's cubin where the image is a plain fatbin that has one: smaller,
+    // and the driver loads it without searching the fatbin.
+    std::vector<uint8_t> cubin;
+    if (arch > 0 && r->segments.size() == 1 &&
+        (r->kind == FOUNDRY_IMAGE_FATBIN || r->kind == FOUNDRY_IMAGE_FATBIN_WRAPPER)) {
+      auto extracted = extract_cubin(r->segments[0].first, r->segments[0].second, arch);
+      if (extracted.ok()) cubin = std::move(extracted.value());
+    }
+    ByteWriter meta;
+    meta.u32(kImageMetaVersion);
+    meta.u64(r->hash);
+    meta.u64(r->size);
+    meta.u32(r->kind);
+    meta.u32(static_cast<uint32_t>(r->loader));
+    meta.u32(static_cast<uint32_t>(r->wrapper_version));
+    meta.u32(cubin.empty() ? 0 : static_cast<uint32_t>(arch));
+    meta.u32(static_cast<uint32_t>(r->nvshmem > 0));
+    meta.u32(static_cast<uint32_t>(r->entries.size()));
+    for (const std::string& e : r->entries) meta.string(e);
+    ContainerWriter w;
+    w.add(kSectionMeta, meta.take());
+    if (!cubin.empty()) {
+      w.add(kSectionSegment, std::move(cubin));
+    } else {
+      for (const auto& s : r->segments) w.add(kSectionSegment, std::vector<uint8_t>(s.first, s.first + s.second));
+    }
+    FOUNDRY_RETURN_IF_ERROR(write_container_file(images_dir + "/" + hash_name(r->hash) + kImageSuffix, w));
+  }
+  return Status::Ok();
+}
+
+// ---- loading ------------------------------------------------------------------------------
+
+Status Registry::load_one(const std::string& path, bool* skipped) {
+  *skipped = false;
+  auto c = Container::read_file(path);
+  if (!c.ok()) return c.status();
+  auto rd = c.value().reader(kSectionMeta);
+  if (!rd.ok()) return Error(FOUNDRY_ERR_FORMAT, path + ": no image metadata section");
+  ByteReader& m = rd.value();
+  uint32_t version = 0, kind = 0, loader = 0, wrapper_version = 0, arch = 0, nvshmem = 0, n_entries = 0;
+  uint64_t hash = 0, size = 0;
+  m.u32(&version);
+  if (m.ok() && version != kImageMetaVersion) {
+    return Error(FOUNDRY_ERR_VERSION, path + ": image metadata version " + std::to_string(version) + ", this build reads " +
+                                          std::to_string(kImageMetaVersion));
+  }
+  m.u64(&hash), m.u64(&size), m.u32(&kind), m.u32(&loader), m.u32(&wrapper_version), m.u32(&arch), m.u32(&nvshmem);
+  m.count32(&n_entries, 8);
+  auto r = std::make_unique<ImageRecord>();
+  for (uint32_t i = 0; i < n_entries && m.ok(); ++i) {
+    std::string e;
+    if (m.string(&e, kMaxEntryName)) r->entries.push_back(std::move(e));
+  }
+  FOUNDRY_RETURN_IF_ERROR(m.status("image metadata"));
+  if (loader > 1) return Error(FOUNDRY_ERR_FORMAT, path + ": unknown loader " + std::to_string(loader));
+  std::string expected_name = hash_name(hash) + kImageSuffix;
+  if (path.size() < expected_name.size() || path.compare(path.size() - expected_name.size(), expected_name.size(), expected_name) != 0) {
+    return Error(FOUNDRY_ERR_FORMAT, path + ": file name does not match the image hash " + hash_name(hash));
+  }
+  {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    for (auto& existing : records_) {
+      if (existing->from_archive && existing->hash == hash) {
+        *skipped = true;
+        return Status::Ok();
+      }
+    }
+  }
+  for (const Section* s : c.value().find_all(kSectionSegment)) {
+    ByteSpan span = c.value().data(*s);
+    r->owned.push_back(span.to_vector());
+  }
+  if (r->owned.empty()) return Error(FOUNDRY_ERR_FORMAT, path + ": image has no payload");
+  for (auto& o : r->owned) r->segments.emplace_back(o.data(), o.size());
+  r->hash = hash;
+  r->hashed = true;
+  r->size = size;
+  r->kind = kind;
+  r->loader = static_cast<Loader>(loader);
+  r->wrapper_version = static_cast<int>(wrapper_version);
+  r->nvshmem = static_cast<int>(nvshmem);
+  r->entries_known = true;
+  r->from_archive = true;
+
+  const void* code = r->segments[0].first;
+  if (r->segments.size() > 1) {
+    // Several -rdc segments: hand the driver a wrapper like the one cudart registered.
+    // Segment 0 is the wrapper's `data` (the device-linked fatbin), the rest its per-unit list.
+    size_t n = r->segments.size() - 1;
+    r->wrapper_storage.reset(new uint8_t[sizeof(FatbinWrapper) + (n + 1) * sizeof(void*)]);
+    auto* w = reinterpret_cast<FatbinWrapper*>(r->wrapper_storage.get());
+    auto** list = reinterpret_cast<const void**>(r->wrapper_storage.get() + sizeof(FatbinWrapper));
+    for (size_t i = 0; i < n; ++i) list[i] = r->segments[i + 1].first;
+    list[n] = nullptr;
+    w->magic = kWrapperMagic;
+    w->version = 2;
+    w->data = reinterpret_cast<const unsigned long long*>(r->segments[0].first);
+    w->filename_or_fatbins = static_cast<void*>(list);
+    code = w;
+  }
+  const Driver* d = driver_if_open();
+  if (r->loader == Loader::kLibrary) {
+    CUlibrary lib = nullptr;
+    // The bytes stay alive in the record, so the driver need not keep its own copy.
+    CUlibraryOption opt = CU_LIBRARY_BINARY_IS_PRESERVED;
+    unsigned int one = 1;
+    void* opt_value = reinterpret_cast<void*>(static_cast<uintptr_t>(one));
+    FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuLibraryLoadData(&lib, code, nullptr, nullptr, 0, &opt, &opt_value, 1),
+                                       ("cuLibraryLoadData of " + path).c_str()));
+    r->libraries.push_back(lib);
+  } else {
+    CUmodule mod = nullptr;
+    FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuModuleLoadData(&mod, code), ("cuModuleLoadData of " + path).c_str()));
+    r->modules.push_back(mod);
+  }
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  void* handle = r->loader == Loader::kLibrary ? static_cast<void*>(r->libraries.front()) : static_cast<void*>(r->modules.front());
+  by_handle_[handle] = r.get();
+  if (r->loader == Loader::kModule) by_module_[r->modules.front()] = r.get();
+  records_.push_back(std::move(r));
+  ++archived_count_;
+  return Status::Ok();
+}
+
+Result<uint64_t> Registry::load_dir(const std::string& dir) {
+  FOUNDRY_RETURN_IF_ERROR(ensure_context());
+  std::string images_dir = dir + "/images";
+  DIR* dp = opendir(images_dir.c_str());
+  if (dp == nullptr) return Error(FOUNDRY_ERR_NOT_FOUND, "no image directory " + images_dir + ": " + std::strerror(errno));
+  std::vector<std::string> files;
+  while (dirent* e = readdir(dp)) {
+    std::string name = e->d_name;
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, kImageSuffix) == 0 && name[0] != '.') files.push_back(name);
+  }
+  closedir(dp);
+  std::sort(files.begin(), files.end());
+  uint64_t loaded = 0;
+  for (const std::string& f : files) {
+    bool skipped = false;
+    FOUNDRY_RETURN_IF_ERROR(load_one(images_dir + "/" + f, &skipped));
+    if (!skipped) ++loaded;
+  }
+  LOG_INFO("loaded %" PRIu64 " kernel images from %s", loaded, images_dir.c_str());
+  return loaded;
+}
+
+Result<uint64_t> Registry::init_nvshmem() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  using ModuleInit = int (*)(CUmodule);
+  using LibraryInit = int (*)(CUlibrary);
+  auto module_init = reinterpret_cast<ModuleInit>(real_dlsym(RTLD_DEFAULT, "nvshmemx_cumodule_init"));
+  auto library_init = reinterpret_cast<LibraryInit>(real_dlsym(RTLD_DEFAULT, "nvshmemx_culibrary_init"));
+  uint64_t done = 0;
+  for (auto& r : records_) {
+    if (!r->from_archive || r->nvshmem <= 0) continue;
+    if (r->loader == Loader::kLibrary) {
+      if (library_init == nullptr) return Error(FOUNDRY_ERR_NOT_FOUND, "an archived image needs NVSHMEM, but nvshmemx_culibrary_init is not loaded in this process");
+      for (CUlibrary l : r->libraries) {
+        if (library_init(l) != 0) return Error(FOUNDRY_ERR_STATE, "nvshmemx_culibrary_init failed (is NVSHMEM initialised yet?)");
+      }
+    } else {
+      if (module_init == nullptr) return Error(FOUNDRY_ERR_NOT_FOUND, "an archived image needs NVSHMEM, but nvshmemx_cumodule_init is not loaded in this process");
+      for (CUmodule m : r->modules) {
+        if (module_init(m) != 0) return Error(FOUNDRY_ERR_STATE, "nvshmemx_cumodule_init failed (is NVSHMEM initialised yet?)");
+      }
+    }
+    ++done;
+  }
+  return done;
+}
+
+}  // namespace foundry

@@ -1,0 +1,105 @@
+"""The kernel-image registry: what the process loaded, and reloading archived images."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+from foundry_core import _native
+
+logger = logging.getLogger("foundry")
+
+IMAGE_KINDS = ("unknown", "fatbin-wrapper", "fatbin", "cubin", "ptx")
+_NAME_MAX = 1 << 16
+
+
+@dataclass(frozen=True)
+class Image:
+    hash: int
+    size: int
+    kind: str
+    loader: str
+    segments: int
+    entry_count: int
+    nvshmem: bool
+    from_archive: bool
+
+    @property
+    def hash_hex(self) -> str:
+        return f"{self.hash:016x}"
+
+
+def loaded_images() -> list[Image]:
+    """Every image this process loaded (seen through the preload) or restored from an archive."""
+    count = ctypes.c_uint64()
+    _native.call("foundry_images_count", ctypes.byref(count))
+    out = []
+    for i in range(count.value):
+        r = _native.ImageRecord()
+        _native.call("foundry_images_get", i, ctypes.byref(r))
+        out.append(Image(r.hash, r.size, IMAGE_KINDS[r.kind] if r.kind < len(IMAGE_KINDS) else "unknown",
+                         "library" if r.loader else "module", r.segments, r.entry_count, bool(r.nvshmem),
+                         bool(r.from_archive)))
+    return out
+
+
+def image_entries(image_hash: int, count: int) -> list[str]:
+    """Kernel names of a loaded image."""
+    names = []
+    buf = ctypes.create_string_buffer(_NAME_MAX)
+    for i in range(count):
+        _native.call("foundry_image_entry_name", image_hash, i, buf, len(buf))
+        names.append(buf.value.decode())
+    return names
+
+
+def function_image(handle: int) -> tuple[int, str]:
+    """(image hash, kernel name) of a CUfunction handle."""
+    h = ctypes.c_uint64()
+    buf = ctypes.create_string_buffer(_NAME_MAX)
+    _native.call("foundry_function_lookup", handle, ctypes.byref(h), buf, len(buf))
+    return h.value, buf.value.decode()
+
+
+def resolve_function(image_hash: int, name: str) -> int:
+    """The CUfunction for (image hash, kernel name) in this process."""
+    out = ctypes.c_uint64()
+    _native.call("foundry_function_resolve", image_hash, name.encode(), ctypes.byref(out))
+    return out.value
+
+
+def pack_images(directory: str | os.PathLike, hashes: list[int], arch: int = 0) -> None:
+    """Writes the given images into ``directory/images/`` (one checksummed file per image).
+
+    With ``arch`` (e.g. 90), fatbins are reduced to that architecture's cubin when they hold one.
+    """
+    arr = (ctypes.c_uint64 * max(len(hashes), 1))(*hashes)
+    _native.call("foundry_images_pack", os.fsencode(directory), arr, len(hashes), arch)
+
+
+def load_cuda_modules_and_libraries(directory: str | os.PathLike) -> int:
+    """Loads every image packed in ``directory/images/`` into this process; returns how many.
+
+    Call it before the application loads its own kernels: a later load of an identical image by
+    the application (or the CUDA runtime) then returns the archived handle, so graphs and
+    application share one copy of each module. Loading the same directory twice is harmless.
+    """
+    start = time.perf_counter()
+    loaded = ctypes.c_uint64()
+    _native.call("foundry_images_load", os.fsencode(directory), ctypes.byref(loaded))
+    logger.info("loaded %d kernel images in %.3f s", loaded.value, time.perf_counter() - start)
+    return loaded.value
+
+
+def init_nvshmem_for_loaded_modules() -> int:
+    """Runs NVSHMEM's module initialisation for archived images that use NVSHMEM.
+
+    Call after NVSHMEM itself is initialised (e.g. after a DeepEP Buffer exists). Returns the
+    number of images initialised; raises NotFoundError when one needs NVSHMEM and it is absent.
+    """
+    out = ctypes.c_uint64()
+    _native.call("foundry_images_init_nvshmem", ctypes.byref(out))
+    return out.value
