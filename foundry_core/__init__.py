@@ -53,8 +53,30 @@ from foundry_core.region import (
     stop_allocation_region,
 )
 from foundry_core.sizes import format_size, parse_size
+from foundry_core.graphs import (
+    GraphArchive,
+    PendingGraphLoads,
+    RestoredGraph,
+    SaveReport,
+    graph,
+    load_graphs,
+    open_archive,
+    save_graph_manifest,
+    save_graphs,
+)
+
+
+def __getattr__(name: str):
+    # CUDAGraph subclasses torch's, so torch is imported only when it is asked for.
+    if name == "CUDAGraph":
+        from foundry_core.cuda_graph import CUDAGraph
+
+        return CUDAGraph
+    raise AttributeError(f"module 'foundry_core' has no attribute {name!r}")
 
 __all__ = [
+    "CUDAGraph", "GraphArchive", "PendingGraphLoads", "RestoredGraph", "SaveReport", "graph", "load_graphs",
+    "open_archive", "save_graph_manifest", "save_graphs",
     "AuditError", "BusyError", "CudaError", "Divergence", "DivergenceError", "FixedAddressError", "FormatError",
     "FoundryError", "Image", "LogEntry", "MismatchError", "NoDriverError", "NotFoundError", "RegionExhaustedError",
     "RegionInfo", "StateError", "UnsupportedError", "VersionError", "allocation_divergence", "allocation_log",

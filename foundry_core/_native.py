@@ -21,6 +21,17 @@ class ImageRecord(ctypes.Structure):
     ]
 
 
+class SaveStats(ctypes.Structure):
+    _fields_ = [("graphs", c_uint32), ("templates", c_uint32), ("nodes", c_uint64), ("images", c_uint32)]
+
+
+class LoadTimes(ctypes.Structure):
+    _fields_ = [
+        ("read_s", ctypes.c_double), ("claim_s", ctypes.c_double), ("build_s", ctypes.c_double),
+        ("instantiate_s", ctypes.c_double), ("mapped_blocks", c_uint64), ("existing_blocks", c_uint64),
+    ]
+
+
 _u64p = POINTER(c_uint64)
 _PROTOTYPES: dict[str, tuple] = {
     "foundry_last_error": (c_char_p, []),
@@ -64,6 +75,30 @@ _PROTOTYPES: dict[str, tuple] = {
     "foundry_fatbin_extract_cubin": (c_int, [c_void_p, c_uint64, c_int, c_void_p, c_uint64, _u64p]),
     "foundry_hash64": (c_uint64, [c_void_p, c_uint64, c_uint64]),
     "foundry_graph_kernel_functions": (c_int, [c_uint64, _u64p, c_uint64, _u64p]),
+    "foundry_graph_edges": (c_int, [c_uint64, POINTER(c_uint32), c_uint64, _u64p]),
+    "foundry_graphset_template": (c_int, [c_void_p, c_uint64, _u64p]),
+    "foundry_saver_new": (c_int, [POINTER(c_void_p)]),
+    "foundry_saver_add": (c_int, [c_void_p, c_uint64, c_char_p]),
+    "foundry_saver_write": (c_int, [c_void_p, c_char_p, c_char_p, c_int, POINTER(SaveStats)]),
+    "foundry_saver_free": (None, [c_void_p]),
+    "foundry_payload_merge": (c_int, [POINTER(c_char_p), c_uint64, c_char_p, POINTER(c_uint32)]),
+    "foundry_graphset_open": (c_int, [c_char_p, POINTER(c_void_p)]),
+    "foundry_graphset_info": (c_int, [c_void_p, _u64p, _u64p, POINTER(LoadTimes)]),
+    "foundry_graphset_name": (c_int, [c_void_p, c_uint64, c_char_p, c_size_t]),
+    "foundry_graphset_instantiate": (c_int, [c_void_p, c_uint64]),
+    "foundry_graphset_instantiate_all": (c_int, [c_void_p, c_int]),
+    "foundry_graphset_start_background": (c_int, [c_void_p]),
+    "foundry_graphset_ready": (c_int, [c_void_p, c_uint64, POINTER(c_int)]),
+    "foundry_graphset_launch": (c_int, [c_void_p, c_uint64, c_uint64]),
+    "foundry_graphset_free": (None, [c_void_p]),
+    # inspection: char** results are malloc'd strings, read with ctypes.string_at, then foundry_free
+    "foundry_payload_dump": (c_int, [c_char_p, POINTER(c_void_p)]),
+    "foundry_payload_from_json": (c_int, [c_char_p, c_char_p]),
+    "foundry_image_file_dump": (c_int, [c_char_p, POINTER(c_void_p)]),
+    "foundry_container_check": (c_int, [c_char_p, POINTER(c_uint32)]),
+    "foundry_image_file_write_synthetic": (c_int, [c_char_p, c_uint64, c_uint32, POINTER(c_char_p), c_uint32,
+                                                   c_void_p, c_uint64]),
+    "foundry_free": (None, [c_void_p]),
 }
 
 
@@ -72,7 +107,12 @@ def lib() -> ctypes.CDLL:
     """The bound library with every C API function's prototype declared."""
     handle = _library.load()
     for name, (restype, argtypes) in _PROTOTYPES.items():
-        fn = getattr(handle, name)
+        try:
+            fn = getattr(handle, name)
+        except AttributeError:
+            raise ImportError(
+                f"{handle._name} lacks {name}: the native library is older than this Python package; "
+                "rebuild it (pip install -e .)") from None
         fn.restype = restype
         fn.argtypes = argtypes
     return handle

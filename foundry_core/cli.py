@@ -57,6 +57,69 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return demo_main(args)
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from foundry_core.demo import bench
+
+    return bench(args)
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    import json
+
+    from foundry_core import inspect
+    from foundry_core.errors import FoundryError
+
+    try:
+        if args.graph is None:
+            summary = inspect.summarize(args.archive)
+            if args.json:
+                print(json.dumps(summary, indent=1))
+            else:
+                inspect.render_summary(summary, _console())
+            return 0
+        details = []
+        for view in inspect.open_views(args.archive):
+            details.append(inspect.graph_detail(view, inspect.resolve_graph_index(view.payload, args.graph)))
+    except FoundryError as exc:
+        print(f"foundry inspect: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(details if len(details) > 1 else details[0], indent=1))
+    else:
+        for d in details:
+            inspect.render_graph(d, _console())
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from foundry_core.verify import render_checks, verify_archive
+
+    checks = verify_archive(args.archive)
+    render_checks(checks, _console())
+    failed = [c for c in checks if not c.passed]
+    print(f"{len(checks) - len(failed)} of {len(checks)} checks passed" + (f", {len(failed)} failed" if failed else ""))
+    return 1 if failed else 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from foundry_core.diff import diff_archives, render_diff
+    from foundry_core.errors import FoundryError
+
+    try:
+        diffs = diff_archives(args.a, args.b)
+    except FoundryError as exc:
+        print(f"foundry diff: {exc}", file=sys.stderr)
+        return 2
+    render_diff(diffs, args.a, args.b, _console())
+    return 1 if diffs else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="foundry", description="Persist CUDA graphs and restore them in a fresh process.")
     parser.add_argument("--version", action="version", version=f"foundry {__version__}")
@@ -79,6 +142,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="SAVE then LOAD decode graphs of the built-in model and compare")
     p.set_defaults(func=_cmd_demo)
+
+    from foundry_core.demo import add_bench_arguments
+
+    p = sub.add_parser("bench", help="measure capture vs restore, replay latency and archive size",
+                       description="SAVE decode graphs of the built-in model in one process, LOAD them in fresh "
+                                   "processes once per instantiation mode, and report times, latency and sizes.")
+    add_bench_arguments(p)
+    p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("inspect", help="summarise an archive, or print one of its graphs",
+                       description="Summarises an archive (fingerprint, ranks, graphs, groups, nodes, kernels, images, "
+                                   "region, sizes); no GPU needed.")
+    p.add_argument("archive", help="archive directory")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--graph", metavar="N", help="print graph N (index or name) in full")
+    p.set_defaults(func=_cmd_inspect)
+
+    p = sub.add_parser("verify", help="check an archive's structure, checksums, fingerprint and references",
+                       description="Checks an archive; exits 0 when every check passes, 1 otherwise. The fingerprint "
+                                   "check is skipped on machines without a GPU.")
+    p.add_argument("archive", help="archive directory")
+    p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("diff", help="compare two archives",
+                       description="Compares two archives; exits 0 when identical, 1 when different, 2 on errors.")
+    p.add_argument("a", metavar="A", help="first archive directory")
+    p.add_argument("b", metavar="B", help="second archive directory")
+    p.set_defaults(func=_cmd_diff)
     return parser
 
 

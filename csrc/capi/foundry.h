@@ -168,6 +168,75 @@ FOUNDRY_API uint64_t foundry_hash64(const void* data, uint64_t size, uint64_t se
 /* The CUfunction of every kernel node of a CUgraph (top level), in node order. */
 FOUNDRY_API foundry_status foundry_graph_kernel_functions(uint64_t graph, uint64_t* out, uint64_t capacity,
                                                           uint64_t* count);
+/* Every edge of a CUgraph as two words: (from node index << 16 | to node index) and
+ * (type | from_port << 8 | to_port << 16), type 0 = full dependency, 1 = programmatic.
+ * `edges` holds 2 * capacity words; *count gets the number of edges. */
+FOUNDRY_API foundry_status foundry_graph_edges(uint64_t graph, uint32_t* edges, uint64_t capacity, uint64_t* count);
+
+typedef struct foundry_save_stats {
+  uint32_t graphs;
+  uint32_t templates; /* topology groups */
+  uint64_t nodes;
+  uint32_t images;
+} foundry_save_stats;
+
+/* SAVE: read graphs (audit included), then write the payload file and <images_root>/images/. */
+FOUNDRY_API foundry_status foundry_saver_new(void** out);
+FOUNDRY_API foundry_status foundry_saver_add(void* saver, uint64_t graph, const char* name);
+FOUNDRY_API foundry_status foundry_saver_write(void* saver, const char* payload_path, const char* images_root,
+                                               int arch, foundry_save_stats* stats);
+/* Regroups the graphs of several payload files into one payload (shared templates). */
+FOUNDRY_API foundry_status foundry_payload_merge(const char* const* inputs, uint64_t count, const char* output,
+                                                 uint32_t* templates);
+FOUNDRY_API void foundry_saver_free(void* saver);
+
+typedef struct foundry_load_times {
+  double read_s;        /* reading and validating the payload */
+  double claim_s;       /* mapping referenced region memory */
+  double build_s;       /* building template CUgraphs (function attributes, events included) */
+  double instantiate_s; /* the last instantiate_all */
+  uint64_t mapped_blocks;
+  uint64_t existing_blocks;
+} foundry_load_times;
+
+/* LOAD: open a payload (images must be loaded first), instantiate and launch its graphs. */
+FOUNDRY_API foundry_status foundry_graphset_open(const char* payload_path, void** out);
+FOUNDRY_API foundry_status foundry_graphset_info(void* set, uint64_t* count, uint64_t* templates,
+                                                 foundry_load_times* times);
+FOUNDRY_API foundry_status foundry_graphset_name(void* set, uint64_t index, char* buf, size_t len);
+FOUNDRY_API foundry_status foundry_graphset_instantiate(void* set, uint64_t index);
+FOUNDRY_API foundry_status foundry_graphset_instantiate_all(void* set, int threads);
+FOUNDRY_API foundry_status foundry_graphset_start_background(void* set);
+FOUNDRY_API foundry_status foundry_graphset_ready(void* set, uint64_t index, int* ready);
+FOUNDRY_API foundry_status foundry_graphset_launch(void* set, uint64_t index, uint64_t stream);
+/* The template CUgraph graph `index` is instantiated from (owned by the set). */
+FOUNDRY_API foundry_status foundry_graphset_template(void* set, uint64_t index, uint64_t* graph);
+FOUNDRY_API void foundry_graphset_free(void* set);
+
+/* ---- inspection ---------------------------------------------------------------------------- */
+
+/* Pure file readers for the inspection tools (no driver). Strings returned through char** are
+ * malloc'd, NUL-terminated JSON documents: release them with foundry_free. */
+
+/* Reads and validates a graph payload (graphs.fgr) and writes it out as JSON (every field of
+ * templates, members, deltas and region references; see csrc/graph/payload_json.h). */
+FOUNDRY_API foundry_status foundry_payload_dump(const char* payload_path, char** json);
+/* The inverse of foundry_payload_dump: validates the JSON as LOAD validates a payload and writes
+ * the payload file (atomically). FOUNDRY_ERR_FORMAT names the first bad field. */
+FOUNDRY_API foundry_status foundry_payload_from_json(const char* json, const char* payload_path);
+/* An archived image file (images/<hash16>.fimg) as JSON: metadata, entry names, stored segment
+ * sizes and their total ("stored_size"); no image bytes. */
+FOUNDRY_API foundry_status foundry_image_file_dump(const char* path, char** json);
+/* Fully validates any section container file (header, table, checksums, padding); *sections
+ * (optional) gets its section count. */
+FOUNDRY_API foundry_status foundry_container_check(const char* path, uint32_t* sections);
+/* For tests without a GPU: writes an image file LOAD would parse, holding `payload` as its one
+ * segment. The path must end in <hash as 16 hex digits>.fimg; loader 0 module, 1 library. */
+FOUNDRY_API foundry_status foundry_image_file_write_synthetic(const char* path, uint64_t hash, uint32_t loader,
+                                                              const char* const* entries, uint32_t n_entries,
+                                                              const void* payload, uint64_t size);
+/* Releases a string returned by this API (NULL is ignored). */
+FOUNDRY_API void foundry_free(void* p);
 
 #ifdef __cplusplus
 }

@@ -50,8 +50,14 @@ void open_library(DriverState& s) {
   s.table.name = reinterpret_cast<decltype(&::name)>(real_dlsym(handle, FOUNDRY_STR(name)));
   FOUNDRY_DRIVER_FUNCTIONS(FOUNDRY_DRIVER_RESOLVE)
 #undef FOUNDRY_DRIVER_RESOLVE
-  if (s.table.cuInit == nullptr || s.table.cuGetProcAddress == nullptr) {
-    s.open_status = Error(FOUNDRY_ERR_NO_DRIVER, "libcuda.so.1 lacks cuInit/cuGetProcAddress_v2 (driver too old)");
+  std::string missing;
+#define FOUNDRY_DRIVER_CHECK(name) \
+  if (s.table.name == nullptr) missing += std::string(missing.empty() ? "" : ", ") + FOUNDRY_STR(name);
+  FOUNDRY_DRIVER_FUNCTIONS(FOUNDRY_DRIVER_CHECK)
+#undef FOUNDRY_DRIVER_CHECK
+  if (!missing.empty()) {
+    s.open_status = Error(FOUNDRY_ERR_NO_DRIVER, "the NVIDIA driver is too old for Foundry (it needs a CUDA 12.4 or newer "
+                                                 "driver); libcuda.so.1 lacks " + missing);
   }
 }
 

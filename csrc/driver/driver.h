@@ -34,7 +34,11 @@
   X(cuGraphEventWaitNodeGetEvent) X(cuGraphChildGraphNodeGetGraph) X(cuGraphAddNode)              \
   X(cuGraphAddDependencies) X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy) X(cuGraphLaunch) \
   X(cuGraphUpload) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuStreamSynchronize)     \
-  X(cuStreamCreate) X(cuStreamDestroy) X(cuGraphExecKernelNodeSetParams) X(cuGraphNodeGetDependencies)
+  X(cuStreamCreate) X(cuStreamDestroy) X(cuGraphExecKernelNodeSetParams) X(cuGraphNodeGetDependencies)     \
+  X(cuGraphAddKernelNode) X(cuGraphAddMemsetNode) X(cuGraphAddMemcpyNode) X(cuGraphAddEventRecordNode)    \
+  X(cuGraphAddEventWaitNode) X(cuGraphAddEmptyNode) X(cuGraphAddChildGraphNode) X(cuGraphClone)           \
+  X(cuGraphExecMemsetNodeSetParams) X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecEventRecordNodeSetEvent) \
+  X(cuGraphExecEventWaitNodeSetEvent) X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuGraphNodeFindInClone)
 
 namespace foundry {
 

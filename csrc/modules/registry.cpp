@@ -16,16 +16,16 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "driver/driver.h"
+#include "modules/image_file.h"
 #include "modules/image_format.h"
 
 namespace foundry {
 namespace {
 
-constexpr uint32_t kSectionMeta = 1;
-constexpr uint32_t kSectionSegment = 2;
-constexpr uint32_t kImageMetaVersion = 1;
-constexpr const char* kImageSuffix = ".fimg";
-constexpr size_t kMaxEntryName = 1 << 16;
+// The image file format lives in modules/image_file.h; these names keep pack() unchanged.
+constexpr uint32_t kSectionMeta = kImageSectionMeta;
+constexpr uint32_t kSectionSegment = kImageSectionSegment;
+constexpr const char* kImageSuffix = kImageFileSuffix;
 constexpr const char* kNvshmemProbe = "nvshmemi_device_state_d";
 
 // The layout of __fatBinC_Wrapper_t (fatbinary_section.h), rebuilt at LOAD for -rdc images.
@@ -402,53 +402,29 @@ Status Registry::pack(const std::string& dir, const std::vector<uint64_t>& hashe
 
 Status Registry::load_one(const std::string& path, bool* skipped) {
   *skipped = false;
-  auto c = Container::read_file(path);
-  if (!c.ok()) return c.status();
-  auto rd = c.value().reader(kSectionMeta);
-  if (!rd.ok()) return Error(FOUNDRY_ERR_FORMAT, path + ": no image metadata section");
-  ByteReader& m = rd.value();
-  uint32_t version = 0, kind = 0, loader = 0, wrapper_version = 0, arch = 0, nvshmem = 0, n_entries = 0;
-  uint64_t hash = 0, size = 0;
-  m.u32(&version);
-  if (m.ok() && version != kImageMetaVersion) {
-    return Error(FOUNDRY_ERR_VERSION, path + ": image metadata version " + std::to_string(version) + ", this build reads " +
-                                          std::to_string(kImageMetaVersion));
-  }
-  m.u64(&hash), m.u64(&size), m.u32(&kind), m.u32(&loader), m.u32(&wrapper_version), m.u32(&arch), m.u32(&nvshmem);
-  m.count32(&n_entries, 8);
-  auto r = std::make_unique<ImageRecord>();
-  for (uint32_t i = 0; i < n_entries && m.ok(); ++i) {
-    std::string e;
-    if (m.string(&e, kMaxEntryName)) r->entries.push_back(std::move(e));
-  }
-  FOUNDRY_RETURN_IF_ERROR(m.status("image metadata"));
-  if (loader > 1) return Error(FOUNDRY_ERR_FORMAT, path + ": unknown loader " + std::to_string(loader));
-  std::string expected_name = hash_name(hash) + kImageSuffix;
-  if (path.size() < expected_name.size() || path.compare(path.size() - expected_name.size(), expected_name.size(), expected_name) != 0) {
-    return Error(FOUNDRY_ERR_FORMAT, path + ": file name does not match the image hash " + hash_name(hash));
-  }
+  auto file = read_image_file(path);
+  if (!file.ok()) return file.status();
+  ImageFileInfo& info = file.value();
   {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     for (auto& existing : records_) {
-      if (existing->from_archive && existing->hash == hash) {
+      if (existing->from_archive && existing->hash == info.hash) {
         *skipped = true;
         return Status::Ok();
       }
     }
   }
-  for (const Section* s : c.value().find_all(kSectionSegment)) {
-    ByteSpan span = c.value().data(*s);
-    r->owned.push_back(span.to_vector());
-  }
-  if (r->owned.empty()) return Error(FOUNDRY_ERR_FORMAT, path + ": image has no payload");
+  auto r = std::make_unique<ImageRecord>();
+  r->entries = std::move(info.entries);
+  r->owned = std::move(info.segments);
   for (auto& o : r->owned) r->segments.emplace_back(o.data(), o.size());
-  r->hash = hash;
+  r->hash = info.hash;
   r->hashed = true;
-  r->size = size;
-  r->kind = kind;
-  r->loader = static_cast<Loader>(loader);
-  r->wrapper_version = static_cast<int>(wrapper_version);
-  r->nvshmem = static_cast<int>(nvshmem);
+  r->size = info.size;
+  r->kind = info.kind;
+  r->loader = static_cast<Loader>(info.loader);
+  r->wrapper_version = static_cast<int>(info.wrapper_version);
+  r->nvshmem = static_cast<int>(info.nvshmem);
   r->entries_known = true;
   r->from_archive = true;
 

@@ -22,7 +22,7 @@ def run(*args: str, **kw) -> subprocess.CompletedProcess:
 def test_help_lists_commands():
     out = run("--help")
     assert out.returncode == 0
-    for cmd in ("run", "preload-path", "doctor", "demo"):
+    for cmd in ("run", "preload-path", "doctor", "demo", "bench"):
         assert cmd in out.stdout
 
 
@@ -122,7 +122,12 @@ def test_main_returns_the_subcommand_status(capsys):
     assert capsys.readouterr().out.strip() == preload_path()
 
 
-def test_demo_without_a_gpu_says_what_it_needs():
-    out = run("demo")
-    assert out.returncode != 0
-    assert "GPU" in out.stderr or "needs" in out.stderr
+@pytest.mark.parametrize("command", ["demo", "bench"])
+def test_demo_and_bench_without_a_gpu_say_what_they_need(command):
+    from conftest import gpu_unavailable_reason
+
+    if gpu_unavailable_reason() is None:
+        pytest.skip("this machine has a GPU")
+    out = run(command)
+    assert out.returncode == 1
+    assert f"foundry {command} needs an NVIDIA GPU" in out.stdout, out.stdout + out.stderr

@@ -1,0 +1,239 @@
+#include "graph/graph_set.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "common/log.h"
+#include "driver/driver.h"
+#include "graph/builder.h"
+#include "region/region.h"
+#include "region/va_space.h"
+
+namespace foundry {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The largest dynamic shared memory any graph asks of each kernel: one function attribute is
+// shared by all graphs, so it must satisfy all of them.
+std::map<std::pair<uint64_t, std::string>, int32_t> max_shared(const Payload& p) {
+  std::map<std::pair<uint64_t, std::string>, int32_t> out;
+  auto visit = [&out](const Node& n) {
+    if (n.kind != NodeKind::kKernel) return;
+    int32_t& v = out[{n.kernel.image_hash, n.kernel.name}];
+    v = std::max({v, n.kernel.func.max_dynamic_shared, static_cast<int32_t>(n.kernel.shared_mem)});
+  };
+  for (const GraphModel& t : p.templates) for (const Node& n : t.nodes) visit(n);
+  for (const PayloadMember& m : p.members) for (const NodeDelta& d : m.delta) visit(d.value);
+  return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<GraphSet>> GraphSet::open(const std::string& payload_path) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto payload = read_payload(payload_path);
+  if (!payload.ok()) return payload.status();
+  std::unique_ptr<GraphSet> set(new GraphSet());
+  set->payload_ = std::move(payload.value());
+  set->times_.read_s = seconds_since(t0);
+  FOUNDRY_RETURN_IF_ERROR(set->prepare());
+  return set;
+}
+
+Status GraphSet::prepare() {
+  auto drv = driver();
+  if (!drv.ok()) return drv.status();
+  const Driver* d = drv.value();
+  FOUNDRY_RETURN_IF_ERROR(ensure_context());
+  d->cuCtxGetCurrent(&ctx_);
+
+  // Memory first: every block any graph references, at its recorded address.
+  auto t0 = std::chrono::steady_clock::now();
+  RegionInfo region = Region::instance().info();
+  bool needs_region = std::any_of(payload_.members.begin(), payload_.members.end(), [](const PayloadMember& m) { return !m.refs.empty(); });
+  if (needs_region) {
+    if (!region.set) return Error(FOUNDRY_ERR_STATE, "the graphs reference region memory; call set_allocation_region first");
+    if (region.base != payload_.region_base) {
+      return Error(FOUNDRY_ERR_MISMATCH, "the region is at a different base than at SAVE (graphs were saved with base " +
+                                             std::to_string(payload_.region_base) + ")");
+    }
+  }
+  std::map<uint64_t, RegionRef> blocks;
+  for (const PayloadMember& m : payload_.members) for (const RegionRef& r : m.refs) blocks[r.offset] = r;
+  for (const auto& [offset, ref] : blocks) {
+    if (ref.kind == static_cast<uint32_t>(BlockKind::kReserve)) continue;  // the application maps those itself
+    bool mapped = false;
+    FOUNDRY_RETURN_IF_ERROR(Region::instance().claim(ref.offset, ref.size, &mapped));
+    (mapped ? times_.mapped_blocks : times_.existing_blocks)++;
+  }
+  times_.claim_s = seconds_since(t0);
+
+  t0 = std::chrono::steady_clock::now();
+  for (uint32_t i = 0; i < payload_.event_count; ++i) {
+    CUevent e;
+    FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
+    events_.push_back(e);
+  }
+  for (const auto& [key, shared] : max_shared(payload_)) {
+    KernelNode k;
+    k.image_hash = key.first;
+    k.name = key.second;
+    FOUNDRY_RETURN_IF_ERROR(apply_function_attrs(k, shared));
+  }
+  for (const GraphModel& t : payload_.templates) {
+    for (const Node& n : t.nodes) {
+      if (n.kind == NodeKind::kKernel && (n.kernel.func.non_portable_cluster || n.kernel.func.preferred_carveout >= 0)) {
+        FOUNDRY_RETURN_IF_ERROR(apply_function_attrs(n.kernel, 0));
+      }
+    }
+    auto built = build_graph(t, events_, ctx_);
+    if (!built.ok()) return built.status();
+    auto tmpl = std::make_unique<Template>();
+    tmpl->graph = built.value().graph;
+    tmpl->nodes = std::move(built.value().nodes);
+    templates_.push_back(std::move(tmpl));
+  }
+  for (size_t i = 0; i < payload_.members.size(); ++i) members_.push_back(std::make_unique<Member>());
+  times_.build_s = seconds_since(t0);
+  return Status::Ok();
+}
+
+Status GraphSet::instantiate_from(size_t i, CUgraph graph, const std::vector<CUgraphNode>& nodes) {
+  const Driver* d = driver_if_open();
+  const PayloadMember& m = payload_.members[i];
+  CUgraphExec exec = nullptr;
+  FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphInstantiateWithFlags(&exec, graph, 0),
+                                     ("cuGraphInstantiate of graph " + std::to_string(i) + " (" + m.name + ")").c_str()));
+  for (const NodeDelta& delta : m.delta) {
+    CUgraphNode node = nodes[delta.node];
+    const Node& n = delta.value;
+    CUresult r = CUDA_SUCCESS;
+    if (n.kind == NodeKind::kKernel) {
+      CUDA_KERNEL_NODE_PARAMS p;
+      std::vector<void*> args;
+      Status s = kernel_params(n.kernel, &p, &args);
+      if (!s.ok()) {
+        d->cuGraphExecDestroy(exec);
+        return s;
+      }
+      r = d->cuGraphExecKernelNodeSetParams(exec, node, &p);
+    } else if (n.kind == NodeKind::kMemset) {
+      CUDA_MEMSET_NODE_PARAMS p;
+      memset_params(n.memset, &p);
+      r = d->cuGraphExecMemsetNodeSetParams(exec, node, &p, ctx_);
+    } else if (n.kind == NodeKind::kMemcpy) {
+      CUDA_MEMCPY3D p;
+      memcpy_params(n.memcpy, &p);
+      r = d->cuGraphExecMemcpyNodeSetParams(exec, node, &p, ctx_);
+    } else if (n.kind == NodeKind::kEventRecord) {
+      r = d->cuGraphExecEventRecordNodeSetEvent(exec, node, events_.at(n.event));
+    } else if (n.kind == NodeKind::kEventWait) {
+      r = d->cuGraphExecEventWaitNodeSetEvent(exec, node, events_.at(n.event));
+    }
+    if (r != CUDA_SUCCESS) {
+      d->cuGraphExecDestroy(exec);
+      return cuda_error(r, ("updating node " + std::to_string(delta.node) + " of graph " + std::to_string(i)).c_str());
+    }
+  }
+  members_[i]->exec = exec;
+  return Status::Ok();
+}
+
+Status GraphSet::instantiate(size_t i) {
+  if (i >= members_.size()) return Error(FOUNDRY_ERR_INVALID_ARGUMENT, "graph index out of range");
+  Member& m = *members_[i];
+  std::lock_guard<std::mutex> lock(m.mu);
+  if (m.exec != nullptr) return Status::Ok();
+  Template& t = *templates_[payload_.members[i].template_index];
+  std::lock_guard<std::mutex> tlock(t.mu);
+  return instantiate_from(i, t.graph, t.nodes);
+}
+
+Status GraphSet::clone_template(uint32_t t, CUgraph* clone, std::vector<CUgraphNode>* nodes) {
+  const Driver* d = driver_if_open();
+  Template& tmpl = *templates_[t];
+  std::lock_guard<std::mutex> lock(tmpl.mu);
+  FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphClone(clone, tmpl.graph), "cuGraphClone"));
+  nodes->resize(tmpl.nodes.size());
+  for (size_t i = 0; i < tmpl.nodes.size(); ++i) {
+    FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphNodeFindInClone(&(*nodes)[i], tmpl.nodes[i], *clone), "cuGraphNodeFindInClone"));
+  }
+  return Status::Ok();
+}
+
+Status GraphSet::instantiate_all(int threads) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (threads <= 1) {
+    for (size_t i = 0; i < members_.size(); ++i) FOUNDRY_RETURN_IF_ERROR(instantiate(i));
+    times_.instantiate_s = seconds_since(t0);
+    return Status::Ok();
+  }
+  // Each worker instantiates from its own clones, so no CUgraph is used by two threads at once.
+  std::atomic<size_t> next{0};
+  std::vector<Status> results(threads);
+  std::vector<std::thread> pool;
+  for (int w = 0; w < threads; ++w) {
+    pool.emplace_back([this, w, &next, &results] {
+      const Driver* d = driver_if_open();
+      d->cuCtxSetCurrent(ctx_);
+      std::vector<CUgraph> clones(templates_.size(), nullptr);
+      std::vector<std::vector<CUgraphNode>> clone_nodes(templates_.size());
+      for (size_t i; (i = next.fetch_add(1)) < members_.size();) {
+        uint32_t t = payload_.members[i].template_index;
+        if (clones[t] == nullptr) {
+          Status s = clone_template(t, &clones[t], &clone_nodes[t]);
+          if (!s.ok()) {
+            results[w] = s;
+            return;
+          }
+        }
+        Member& m = *members_[i];
+        std::lock_guard<std::mutex> lock(m.mu);
+        if (m.exec != nullptr) continue;
+        Status s = instantiate_from(i, clones[t], clone_nodes[t]);
+        if (!s.ok()) {
+          results[w] = s;
+          return;
+        }
+      }
+      for (CUgraph g : clones) if (g) d->cuGraphDestroy(g);
+    });
+  }
+  for (std::thread& t : pool) t.join();
+  times_.instantiate_s = seconds_since(t0);
+  for (const Status& s : results) FOUNDRY_RETURN_IF_ERROR(s);
+  return Status::Ok();
+}
+
+void GraphSet::start_background() {
+  if (background_.joinable()) return;
+  background_ = std::thread([this] {
+    driver_if_open()->cuCtxSetCurrent(ctx_);
+    for (size_t i = 0; i < members_.size() && !stop_.load(); ++i) {
+      Status s = instantiate(i);
+      if (!s.ok()) LOG_WARNING("background instantiation of graph %zu failed: %s", i, s.message().c_str());
+    }
+  });
+}
+
+Status GraphSet::launch(size_t i, CUstream stream) {
+  if (i >= members_.size()) return Error(FOUNDRY_ERR_INVALID_ARGUMENT, "graph index out of range");
+  if (members_[i]->exec == nullptr) FOUNDRY_RETURN_IF_ERROR(instantiate(i));
+  return cuda_check(driver_if_open()->cuGraphLaunch(members_[i]->exec, stream), "cuGraphLaunch");
+}
+
+GraphSet::~GraphSet() {
+  stop_.store(true);
+  if (background_.joinable()) background_.join();
+  const Driver* d = driver_if_open();
+  if (d == nullptr) return;
+  for (auto& m : members_) if (m->exec) d->cuGraphExecDestroy(m->exec);
+  for (auto& t : templates_) if (t->graph) d->cuGraphDestroy(t->graph);
+  for (CUevent e : events_) d->cuEventDestroy(e);
+}
+
+}  // namespace foundry

@@ -1,0 +1,159 @@
+#include "graph/payload.h"
+
+#include "archive/bytes.h"
+#include "archive/container.h"
+#include "graph/serialize.h"
+
+namespace foundry {
+namespace {
+
+constexpr uint32_t kSectionHeader = 1;
+constexpr uint32_t kSectionTemplate = 2;
+constexpr uint32_t kSectionMember = 3;
+constexpr size_t kMaxName = 4096;
+constexpr uint32_t kMaxGraphs = 1 << 20;
+
+// What apply_delta would check, without copying the template: LOAD reads hundreds of members.
+Status check_delta(const GraphModel& tmpl, const std::vector<NodeDelta>& delta) {
+  for (const NodeDelta& d : delta) {
+    if (d.node >= tmpl.nodes.size()) return Error(FOUNDRY_ERR_FORMAT, "delta names node " + std::to_string(d.node) + " of " + std::to_string(tmpl.nodes.size()));
+    if (d.value.kind != tmpl.nodes[d.node].kind) return Error(FOUNDRY_ERR_FORMAT, "delta changes the kind of node " + std::to_string(d.node));
+    if (d.value.kind == NodeKind::kChildGraph) return Error(FOUNDRY_ERR_FORMAT, "delta changes child graph node " + std::to_string(d.node));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status write_payload(const std::string& path, const Payload& p) {
+  ContainerWriter c;
+  ByteWriter h;
+  h.u32(kPayloadVersion);
+  h.u32(static_cast<uint32_t>(p.members.size()));
+  h.u32(static_cast<uint32_t>(p.templates.size()));
+  h.u32(p.event_count);
+  h.u64(p.region_base);
+  h.u64(p.region_size);
+  c.add(kSectionHeader, h.take());
+  for (const GraphModel& t : p.templates) {
+    ByteWriter w;
+    write_graph(w, t);
+    c.add(kSectionTemplate, w.take());
+  }
+  for (const PayloadMember& m : p.members) {
+    ByteWriter w;
+    w.string(m.name);
+    w.u32(m.template_index);
+    write_delta(w, m.delta);
+    w.u32(static_cast<uint32_t>(m.refs.size()));
+    for (const RegionRef& r : m.refs) {
+      w.u64(r.offset);
+      w.u64(r.size);
+      w.u32(r.kind);
+    }
+    c.add(kSectionMember, w.take());
+  }
+  return write_container_file(path, c);
+}
+
+Result<Payload> read_payload(const std::string& path) {
+  auto c = Container::read_file(path);
+  if (!c.ok()) return c.status();
+  auto hr = c.value().reader(kSectionHeader);
+  if (!hr.ok()) return Error(FOUNDRY_ERR_FORMAT, path + ": no payload header");
+  ByteReader& h = hr.value();
+  Payload p;
+  uint32_t version = 0, n_members = 0, n_templates = 0;
+  h.u32(&version);
+  if (h.ok() && version != kPayloadVersion) {
+    return Error(FOUNDRY_ERR_VERSION, path + ": graph payload version " + std::to_string(version) + ", this build reads " +
+                                          std::to_string(kPayloadVersion));
+  }
+  h.u32(&n_members), h.u32(&n_templates), h.u32(&p.event_count), h.u64(&p.region_base), h.u64(&p.region_size);
+  FOUNDRY_RETURN_IF_ERROR(h.status("graph payload header"));
+  auto templates = c.value().find_all(kSectionTemplate);
+  auto members = c.value().find_all(kSectionMember);
+  if (templates.size() != n_templates || members.size() != n_members || n_members > kMaxGraphs) {
+    return Error(FOUNDRY_ERR_FORMAT, path + ": the header announces " + std::to_string(n_templates) + " templates and " +
+                                         std::to_string(n_members) + " graphs, the file holds " +
+                                         std::to_string(templates.size()) + " and " + std::to_string(members.size()));
+  }
+  for (const Section* s : templates) {
+    ByteReader r(c.value().data(*s));
+    p.templates.emplace_back();
+    FOUNDRY_RETURN_IF_ERROR(read_graph(r, &p.templates.back()));
+  }
+  for (size_t i = 0; i < members.size(); ++i) {
+    ByteReader r(c.value().data(*members[i]));
+    PayloadMember m;
+    r.string(&m.name, kMaxName);
+    r.u32(&m.template_index);
+    FOUNDRY_RETURN_IF_ERROR(r.status("graph entry"));
+    FOUNDRY_RETURN_IF_ERROR(read_delta(r, &m.delta));
+    uint32_t n_refs = 0;
+    r.count32(&n_refs, 20);
+    for (uint32_t k = 0; k < n_refs && r.ok(); ++k) {
+      RegionRef ref;
+      r.u64(&ref.offset), r.u64(&ref.size), r.u32(&ref.kind);
+      m.refs.push_back(ref);
+    }
+    FOUNDRY_RETURN_IF_ERROR(r.status("graph entry region references"));
+    if (m.template_index >= p.templates.size()) {
+      return Error(FOUNDRY_ERR_FORMAT, path + ": graph " + std::to_string(i) + " names template " +
+                                           std::to_string(m.template_index) + " of " + std::to_string(p.templates.size()));
+    }
+    Status s = check_delta(p.templates[m.template_index], m.delta);
+    if (!s.ok()) return Error(FOUNDRY_ERR_FORMAT, path + ": graph " + std::to_string(i) + ": " + s.message());
+    p.members.push_back(std::move(m));
+  }
+  return p;
+}
+
+
+static void offset_events(GraphModel* g, uint32_t by) {
+  for (Node& n : g->nodes) {
+    if (n.kind == NodeKind::kEventRecord || n.kind == NodeKind::kEventWait) n.event += by;
+  }
+  for (GraphModel& c : g->children) offset_events(&c, by);
+}
+
+Status merge_payloads(const std::vector<std::string>& inputs, const std::string& output, uint32_t* templates) {
+  std::vector<GraphModel> models;
+  std::vector<PayloadMember> members;
+  Payload out;
+  for (const std::string& path : inputs) {
+    auto p = read_payload(path);
+    if (!p.ok()) return p.status();
+    if (!models.empty() && (p.value().region_base != out.region_base || p.value().region_size != out.region_size)) {
+      return Error(FOUNDRY_ERR_MISMATCH, path + " was saved with another allocation region than the other graphs");
+    }
+    out.region_base = p.value().region_base;
+    out.region_size = p.value().region_size;
+    for (PayloadMember& m : p.value().members) {
+      GraphModel g;
+      FOUNDRY_RETURN_IF_ERROR(apply_delta(p.value().templates[m.template_index], m.delta, &g));
+      offset_events(&g, out.event_count);
+      models.push_back(std::move(g));
+      members.push_back(std::move(m));
+    }
+    out.event_count += p.value().event_count;
+  }
+  std::vector<const GraphModel*> ptrs;
+  for (const GraphModel& g : models) ptrs.push_back(&g);
+  Grouping grouping = group_graphs(ptrs);
+  std::vector<uint32_t> slot(models.size(), 0);
+  for (uint32_t t = 0; t < grouping.templates.size(); ++t) {
+    slot[grouping.templates[t]] = t;
+    out.templates.push_back(models[grouping.templates[t]]);
+  }
+  for (size_t i = 0; i < models.size(); ++i) {
+    PayloadMember m = std::move(members[i]);
+    m.template_index = slot[grouping.template_of[i]];
+    m.delta = make_delta(out.templates[m.template_index], models[i]);
+    out.members.push_back(std::move(m));
+  }
+  if (templates) *templates = static_cast<uint32_t>(out.templates.size());
+  return write_payload(output, out);
+}
+
+}  // namespace foundry

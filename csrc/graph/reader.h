@@ -1,0 +1,45 @@
+// Reader: CUgraph -> GraphModel, with the pointer audit. Kernel handles become (image, entry)
+// through the registry, events become indices shared by all graphs read by one Reader, and every
+// device address found in parameters or copies is classified against the region.
+#pragma once
+
+#include <cuda.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "graph/model.h"
+
+namespace foundry {
+
+// A region allocation a graph references: LOAD must have it mapped before the graph runs.
+struct RegionRef {
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  uint32_t kind = 0;  // BlockKind
+};
+
+struct ReadGraph {
+  GraphModel model;
+  std::vector<RegionRef> refs;  // sorted, unique
+  uint32_t foreign_pointers = 0;  // words that point at device memory outside the region
+};
+
+class Reader {
+ public:
+  // `label` names the graph in error messages (e.g. "graph 3 (bs=8)").
+  Result<ReadGraph> read(CUgraph graph, const std::string& label);
+  uint32_t event_count() const { return static_cast<uint32_t>(events_.size()); }
+
+ private:
+  Status read_into(CUgraph graph, const std::string& label, int depth, GraphModel* out, ReadGraph* acc);
+  Status read_kernel(CUgraphNode node, const std::string& where, KernelNode* k, ReadGraph* acc);
+  Status audit(uint64_t value, const std::string& where, bool is_param_word, ReadGraph* acc);
+  uint32_t event_index(CUevent e);
+
+  std::map<CUevent, uint32_t> events_;
+};
+
+}  // namespace foundry

@@ -1,0 +1,71 @@
+#include "graph/saver.h"
+
+#include <set>
+
+#include "graph/payload.h"
+#include "graph/topology.h"
+#include "modules/registry.h"
+#include "region/region.h"
+
+namespace foundry {
+
+Status Saver::add(CUgraph graph, const std::string& name) {
+  auto read = reader_.read(graph, "graph " + std::to_string(graphs_.size()) + " (" + name + ")");
+  if (!read.ok()) return read.status();
+  graphs_.push_back(std::move(read.value()));
+  names_.push_back(name);
+  return Status::Ok();
+}
+
+static void collect_images(const GraphModel& g, std::set<uint64_t>* out) {
+  for (const Node& n : g.nodes) {
+    if (n.kind == NodeKind::kKernel) out->insert(n.kernel.image_hash);
+  }
+  for (const GraphModel& c : g.children) collect_images(c, out);
+}
+
+Result<SaveStats> Saver::write(const std::string& payload_path, const std::string& images_root, int arch) {
+  if (graphs_.empty()) return Error(FOUNDRY_ERR_STATE, "no graphs to save");
+  std::vector<const GraphModel*> models;
+  for (const ReadGraph& g : graphs_) models.push_back(&g.model);
+  Grouping grouping = group_graphs(models);
+
+  Payload p;
+  RegionInfo region = Region::instance().info();
+  p.region_base = region.set ? region.base : 0;
+  p.region_size = region.set ? region.size : 0;
+  p.event_count = reader_.event_count();
+  std::vector<uint32_t> template_slot(graphs_.size(), 0);
+  for (uint32_t t = 0; t < grouping.templates.size(); ++t) {
+    template_slot[grouping.templates[t]] = t;
+    p.templates.push_back(graphs_[grouping.templates[t]].model);
+  }
+  SaveStats stats;
+  std::set<uint64_t> images;
+  for (size_t i = 0; i < graphs_.size(); ++i) {
+    uint32_t t = template_slot[grouping.template_of[i]];
+    PayloadMember m;
+    m.name = names_[i];
+    m.template_index = t;
+    m.delta = make_delta(p.templates[t], graphs_[i].model);
+    m.refs = graphs_[i].refs;
+    // A member must come back exactly from template + delta, or the grouping is wrong.
+    GraphModel rebuilt;
+    Status s = apply_delta(p.templates[t], m.delta, &rebuilt);
+    if (!s.ok() || !models_equal(rebuilt, graphs_[i].model)) {
+      return Error(FOUNDRY_ERR_STATE, "graph " + std::to_string(i) + " (" + names_[i] +
+                                          ") cannot be reproduced from its topology template: grouping error");
+    }
+    stats.nodes += graphs_[i].model.nodes.size();
+    collect_images(graphs_[i].model, &images);
+    p.members.push_back(std::move(m));
+  }
+  FOUNDRY_RETURN_IF_ERROR(write_payload(payload_path, p));
+  FOUNDRY_RETURN_IF_ERROR(Registry::instance().pack(images_root, std::vector<uint64_t>(images.begin(), images.end()), arch));
+  stats.graphs = static_cast<uint32_t>(graphs_.size());
+  stats.templates = static_cast<uint32_t>(p.templates.size());
+  stats.images = static_cast<uint32_t>(images.size());
+  return stats;
+}
+
+}  // namespace foundry

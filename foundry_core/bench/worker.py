@@ -1,0 +1,145 @@
+"""The child processes of `foundry demo` / `foundry bench`: one SAVE, then one LOAD per mode.
+
+Each runs in a fresh process with libfoundry.so preloaded and prints one JSON line. Both sides
+build the model in the same order right after setting the region, so the weights, the KV cache
+and the static inputs land at the same addresses; SAVE then warms up and captures, LOAD restores.
+
+Usage: python -m foundry_core.bench.worker save|load ARCHIVE CONFIG_JSON
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import sys
+import time
+
+REGION_BASE = 0x6000_0000_0000
+REGION_SIZE = 256 << 30
+DIGEST_SEED = 1234
+
+
+def _setup(cfg: dict):
+    import torch
+
+    import foundry_core as fdry
+    from foundry_core.model.config import DecoderConfig
+    from foundry_core.model.decoder import DecodeRunner
+
+    torch.cuda.init()
+    torch.cuda.synchronize()
+    fdry.set_allocation_region(REGION_BASE, REGION_SIZE)
+    model_cfg = DecoderConfig(**cfg["model"])
+    runner = DecodeRunner(model_cfg, compiled=cfg.get("variant") == "compile")
+    torch.cuda.synchronize()
+    return torch, fdry, runner
+
+
+def _digest(torch, outputs) -> str:
+    h = hashlib.sha256()
+    for t in outputs:
+        h.update(t.contiguous().view(torch.uint8).cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _digests(torch, runner, replay, outputs, sizes) -> dict[str, str]:
+    """Replays every size once from the same initial state and hashes every output byte."""
+    runner.reset(DIGEST_SEED)
+    out = {}
+    for b in sizes:
+        replay[b]()
+        out[str(b)] = _digest(torch, outputs[b])
+    torch.cuda.synchronize()
+    return out
+
+
+def _latency(torch, replay, sizes, reps: int) -> dict[str, float]:
+    """Median replay time in microseconds per batch size, timed with CUDA events."""
+    result = {}
+    for b in sizes:
+        for _ in range(10):
+            replay[b]()
+        times = []
+        for _ in range(reps):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            replay[b]()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop) * 1000.0)
+        result[str(b)] = statistics.median(times)
+    return result
+
+
+def save(archive: str, cfg: dict) -> dict:
+    t0 = time.perf_counter()
+    torch, fdry, runner = _setup(cfg)
+    setup_s = time.perf_counter() - t0
+    sizes = sorted(cfg["sizes"], reverse=True)  # largest first, as engines capture
+    start = time.perf_counter()
+    for b in sizes:  # the warmup an engine does before capturing (compilation included)
+        runner.run(b)
+    torch.cuda.synchronize()
+    warmup_s = time.perf_counter() - start
+    pool = torch.cuda.graph_pool_handle()
+    graphs, outputs = {}, {}
+    cap = time.perf_counter()
+    for b in sizes:
+        g = fdry.CUDAGraph()
+        with fdry.graph(g, pool=pool):
+            outputs[b] = list(runner.run(b))
+        graphs[b] = g
+    torch.cuda.synchronize()
+    capture_s = time.perf_counter() - cap
+    report = fdry.save_graphs(archive, {f"bs{b}": (graphs[b], outputs[b]) for b in sizes},
+                              fingerprint={"model": cfg["model"], "variant": cfg.get("variant", "eager")})
+    replay = {b: graphs[b].replay for b in sizes}
+    return {
+        "setup_s": setup_s, "warmup_s": warmup_s, "capture_s": capture_s, "save_s": report.seconds,
+        "graphs": report.graphs, "groups": report.groups, "nodes": report.nodes, "images": report.images,
+        "digests": _digests(torch, runner, replay, outputs, sizes),
+        "latency_us": _latency(torch, replay, [b for b in cfg.get("latency_sizes", []) if b in graphs], cfg.get("reps", 100)),
+    }
+
+
+def load(archive: str, cfg: dict) -> dict:
+    t0 = time.perf_counter()
+    torch, fdry, runner = _setup(cfg)
+    setup_s = time.perf_counter() - t0
+    mode = cfg.get("mode", "eager")
+    sizes = sorted(cfg["sizes"], reverse=True)
+    start = time.perf_counter()
+    restored = fdry.load_graphs(archive, mode=mode, threads=cfg.get("threads", 8),
+                                fingerprint={"model": cfg["model"], "variant": cfg.get("variant", "eager")})
+    returned_s = time.perf_counter() - start
+    first = restored.get(f"bs{sizes[0]}")
+    first.replay()
+    torch.cuda.synchronize()
+    first_replay_s = time.perf_counter() - start
+    if mode in ("lazy", "background"):
+        restored.instantiate_all(1)
+    torch.cuda.synchronize()
+    all_ready_s = time.perf_counter() - start
+    graphs = {b: restored.get(f"bs{b}") for b in sizes}
+    outputs = {b: list(restored.outputs(graphs[b].index)) for b in sizes}
+    replay = {b: graphs[b].replay for b in sizes}
+    t = restored.times
+    return {
+        "mode": mode, "setup_s": setup_s, "returned_s": returned_s, "first_replay_s": first_replay_s,
+        "all_ready_s": all_ready_s, "groups": restored.groups,
+        "phases_s": {"images": t.images_s, "archive_read": t.read_s, "memory_claims": t.claim_s,
+                     "template_build": t.build_s, "instantiation": t.instantiate_s, "output_rebuild": t.outputs_s},
+        "digests": _digests(torch, runner, replay, outputs, sizes),
+        "latency_us": _latency(torch, replay, [b for b in cfg.get("latency_sizes", []) if b in graphs], cfg.get("reps", 100)),
+    }
+
+
+def main() -> None:
+    action, archive, cfg = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    result = save(archive, cfg) if action == "save" else load(archive, cfg)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,426 @@
+"""Graph SAVE and LOAD.
+
+SAVE reads captured graphs (torch ``CUDAGraph(keep_graph=True)`` or any raw ``CUgraph``), audits
+every device pointer they hold against the allocation region, groups them by topology and writes
+an archive directory::
+
+    manifest.json     format version, fingerprint, region, graphs and their outputs
+    graphs.fgr        topology templates whole + per-graph deltas (checksummed container)
+    images/*.fimg     the kernel images the graphs use, content-addressed
+    alloc_log.json    the region's allocation log up to SAVE
+
+LOAD, in a fresh process that set the same region and made the same allocations, loads the
+images, maps the memory the graphs reference at its recorded addresses, and gives each graph its
+own executable instance.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from foundry_core import _native, images
+from foundry_core.errors import FoundryError, InvalidArgumentError, StateError
+from foundry_core.fingerprint import check_fingerprint, current_fingerprint
+from foundry_core.manifest import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, read_manifest, write_manifest
+from foundry_core.region import allocation_log, region_info
+from foundry_core.tensors import describe_outputs, rebuild_outputs
+
+logger = logging.getLogger("foundry")
+
+PAYLOAD_NAME = "graphs.fgr"
+LOG_NAME = "alloc_log.json"
+MODES = ("eager", "parallel", "lazy", "background")
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _progress(total: int, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="graph", disable=total < 16 or not os.isatty(2), leave=False)
+
+
+def _device_arch() -> int:
+    torch = _torch()
+    major, minor = torch.cuda.get_device_capability()
+    return major * 10 + minor
+
+
+def _raw_graph(graph: Any) -> int:
+    """The CUgraph handle of a torch graph (captured with keep_graph=True) or an int handle."""
+    if isinstance(graph, int):
+        return graph
+    try:
+        return int(graph.raw_cuda_graph())
+    except (AttributeError, RuntimeError) as exc:
+        raise InvalidArgumentError(
+            "cannot read the captured graph: capture it with torch.cuda.CUDAGraph(keep_graph=True) "
+            f"(or fdry.CUDAGraph()) and save it before reset() ({exc})") from None
+
+
+# ---- capture ------------------------------------------------------------------------------
+
+
+def graph(cuda_graph: Any, pool: Any = None, stream: Any = None, capture_error_mode: str = "global"):
+    """Capture context manager, as ``torch.cuda.graph``; capture into a graph that keeps its
+    CUgraph (``fdry.CUDAGraph()`` or ``torch.cuda.CUDAGraph(keep_graph=True)``) to save it."""
+    torch = _torch()
+    return torch.cuda.graph(cuda_graph, pool=pool, stream=stream, capture_error_mode=capture_error_mode)
+
+
+# ---- SAVE ---------------------------------------------------------------------------------
+
+
+@dataclass
+class SaveReport:
+    graphs: int
+    groups: int
+    nodes: int
+    images: int
+    seconds: float
+    path: Path
+
+
+def _read_into_saver(saver: ctypes.c_void_p, graphs: Mapping[str, tuple[Any, Any]]) -> list[dict]:
+    described = []
+    with _progress(len(graphs), "reading graphs") as bar:
+        for name, (g, outputs) in graphs.items():
+            _native.call("foundry_saver_add", saver, _raw_graph(g), name.encode())
+            described.append({"name": name, "outputs": describe_outputs(outputs)})
+            bar.update(1)
+    return described
+
+
+def _manifest(payload: str, graphs: list[dict], extra_fingerprint: dict | None) -> dict:
+    info = region_info()
+    return {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "fingerprint": current_fingerprint(extra_fingerprint),
+        "payload": payload,
+        "region": {"base": info.base, "size": info.size, "high_water": info.high_water},
+        "graphs": graphs,
+        "log": LOG_NAME,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _write_log(path: Path) -> None:
+    entries = [[e.seq, e.kind, e.offset, e.size, e.tag] for e in allocation_log()]
+    with open(path, "w") as f:
+        json.dump(entries, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_payload(directory: Path, payload_name: str, graphs: Mapping[str, tuple[Any, Any]]) -> tuple[list[dict], _native.SaveStats]:
+    _torch().cuda.synchronize()
+    saver = ctypes.c_void_p()
+    _native.call("foundry_saver_new", ctypes.byref(saver))
+    try:
+        described = _read_into_saver(saver, graphs)
+        stats = _native.SaveStats()
+        _native.call("foundry_saver_write", saver, os.fsencode(directory / payload_name), os.fsencode(directory),
+                     _device_arch(), ctypes.byref(stats))
+        return described, stats
+    finally:
+        _native.lib().foundry_saver_free(saver)
+
+
+def save_graphs(directory: str | os.PathLike, graphs: Mapping[str, tuple[Any, Any]],
+                fingerprint: dict | None = None) -> SaveReport:
+    """Writes an archive directory holding ``graphs`` (``{name: (graph, outputs)}``).
+
+    The directory appears atomically: it is written beside its final place and renamed into it,
+    so a crash leaves either the previous archive or none. ``fingerprint`` adds fields (engine,
+    model, ...) that LOAD must find equal. Raises AuditError when a graph references memory
+    LOAD could not reproduce, UnsupportedError for nodes that cannot be persisted.
+    """
+    if not graphs:
+        raise InvalidArgumentError("no graphs to save")
+    start = time.perf_counter()
+    final = Path(directory).resolve()
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = final.parent / f".{final.name}.staging.{os.getpid()}.{threading.get_ident()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        described, stats = _write_payload(staging, PAYLOAD_NAME, graphs)
+        _write_log(staging / LOG_NAME)
+        write_manifest(staging / MANIFEST_NAME, _manifest(PAYLOAD_NAME, described, fingerprint))
+        _publish(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    report = SaveReport(stats.graphs, stats.templates, stats.nodes, stats.images, time.perf_counter() - start, final)
+    logger.info("saved %d graphs (%d groups, %d nodes, %d images) to %s in %.2f s", report.graphs, report.groups,
+                report.nodes, report.images, final, report.seconds)
+    return report
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _publish(staging: Path, final: Path) -> None:
+    """Renames the staging directory into place, replacing an older archive."""
+    _fsync_dir(staging)
+    old = None
+    if final.exists() or final.is_symlink():
+        if not final.is_dir() or final.is_symlink():
+            raise StateError(f"{final} exists and is not an archive directory; refusing to replace it")
+        old = final.parent / f".{final.name}.old.{os.getpid()}"
+        os.rename(final, old)
+    os.rename(staging, final)
+    _fsync_dir(final.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _save_single(manifest_path: Path, g: Any, outputs: Any) -> None:
+    directory = manifest_path.parent.resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    payload = manifest_path.stem + ".fgr"
+    described, _ = _write_payload(directory, payload, {manifest_path.stem: (g, outputs)})
+    manifest = _manifest(payload, described, None)
+    manifest["log"] = manifest_path.stem + ".log.json"
+    _write_log(directory / manifest["log"])
+    write_manifest(manifest_path, manifest)
+
+
+def save_graph_manifest(directory: str | os.PathLike) -> Path:
+    """Regroups the single graphs saved in ``directory`` (``*.json`` from ``CUDAGraph.save``) into
+    one payload with shared topology templates, and writes ``graph_manifest.json`` listing them.
+    Later :meth:`CUDAGraph.start_graph_builds` over those paths builds each template once."""
+    d = Path(directory)
+    manifests = sorted(p for p in d.glob("*.json") if p.name not in ("graph_manifest.json",) and not p.name.endswith(".log.json"))
+    entries = []
+    for p in manifests:
+        m = read_manifest(p)
+        entries.append((p, m))
+    if not entries:
+        raise InvalidArgumentError(f"no saved graphs (*.json) in {d}")
+    inputs = [os.fsencode(d / m["payload"]) for _, m in entries]
+    arr = (ctypes.c_char_p * len(inputs))(*inputs)
+    templates = ctypes.c_uint32()
+    _native.call("foundry_payload_merge", arr, len(inputs), os.fsencode(d / "graph_manifest.fgr"), ctypes.byref(templates))
+    first = entries[0][1]
+    merged = dict(first)
+    merged["payload"] = "graph_manifest.fgr"
+    merged["graphs"] = [g for _, m in entries for g in m["graphs"]]
+    merged["members"] = [p.name for p, _ in entries]
+    merged["groups"] = templates.value
+    out = d / "graph_manifest.json"
+    write_manifest(out, merged)
+    return out
+
+
+# ---- LOAD ---------------------------------------------------------------------------------
+
+
+class RestoredGraph:
+    """One restored graph: ``replay()`` launches it on the current stream, like a captured graph."""
+
+    def __init__(self, archive: GraphArchive, index: int, name: str):
+        self._archive = archive
+        self.index = index
+        self.name = name
+
+    def replay(self, stream: Any = None) -> None:
+        torch = _torch()
+        s = stream if stream is not None else torch.cuda.current_stream()
+        _native.call("foundry_graphset_launch", self._archive._handle, self.index, s.cuda_stream)
+
+    def ready(self) -> bool:
+        """True when the graph is instantiated (a replay will not instantiate it first)."""
+        out = ctypes.c_int()
+        _native.call("foundry_graphset_ready", self._archive._handle, self.index, ctypes.byref(out))
+        return bool(out.value)
+
+    def __repr__(self) -> str:
+        return f"RestoredGraph({self.name!r}, index={self.index})"
+
+
+@dataclass
+class LoadTimes:
+    images_s: float = 0.0
+    read_s: float = 0.0
+    claim_s: float = 0.0
+    build_s: float = 0.0
+    instantiate_s: float = 0.0
+    outputs_s: float = 0.0
+    mapped_blocks: int = 0
+    existing_blocks: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class GraphArchive(Sequence):
+    """The graphs of one archive, restored. Index it (or :meth:`get` by name) for RestoredGraph."""
+
+    def __init__(self, manifest_path: Path, manifest: dict, handle: ctypes.c_void_p, times: LoadTimes):
+        self.path = manifest_path
+        self.manifest = manifest
+        self._handle = handle
+        self.times = times
+        self._graphs = [RestoredGraph(self, i, g["name"]) for i, g in enumerate(manifest["graphs"])]
+        self._by_name = {g.name: g for g in self._graphs}
+        start = time.perf_counter()
+        self._outputs = [rebuild_outputs(g["outputs"], self) for g in manifest["graphs"]]
+        times.outputs_s = time.perf_counter() - start
+        count, groups = ctypes.c_uint64(), ctypes.c_uint64()
+        _native.call("foundry_graphset_info", handle, ctypes.byref(count), ctypes.byref(groups), None)
+        if count.value != len(self._graphs):
+            raise FoundryError(f"{manifest_path}: the manifest lists {len(self._graphs)} graphs, the payload {count.value}")
+        self.groups = groups.value
+
+    def __len__(self) -> int:
+        return len(self._graphs)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._graphs[i]
+
+    def get(self, name: str) -> RestoredGraph:
+        return self._by_name[name]
+
+    def outputs(self, i: int) -> Any:
+        """The output tensors of graph ``i`` (they alias the graph's memory, like captured outputs)."""
+        return self._outputs[i]
+
+    def instantiate_all(self, threads: int = 1) -> float:
+        """Instantiates every graph not yet instantiated; returns the seconds it took."""
+        start = time.perf_counter()
+        if threads <= 1 and len(self) >= 16:
+            with _progress(len(self), "instantiating graphs") as bar:
+                for i in range(len(self)):
+                    _native.call("foundry_graphset_instantiate", self._handle, i)
+                    bar.update(1)
+        else:
+            _native.call("foundry_graphset_instantiate_all", self._handle, max(threads, 1))
+        return time.perf_counter() - start
+
+    def start_background(self) -> None:
+        """Instantiates the graphs on a background thread; a replay before that instantiates inline."""
+        _native.call("foundry_graphset_start_background", self._handle)
+
+    def close(self) -> None:
+        if self._handle:
+            _native.lib().foundry_graphset_free(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def _resolve_manifest(path: Path) -> Path:
+    if path.is_dir():
+        return path / MANIFEST_NAME
+    return path
+
+
+def open_archive(path: str | os.PathLike, check_environment: bool = True,
+                 fingerprint: dict | None = None) -> tuple[Path, dict]:
+    """Reads and checks an archive's manifest (structure, then fingerprint); returns (path, manifest)."""
+    manifest_path = _resolve_manifest(Path(path))
+    manifest = read_manifest(manifest_path)
+    if check_environment:
+        check_fingerprint(manifest["fingerprint"], current_fingerprint(fingerprint))
+    return manifest_path, manifest
+
+
+def load_graphs(path: str | os.PathLike, mode: str = "eager", threads: int = 4,
+                fingerprint: dict | None = None) -> GraphArchive:
+    """Restores the graphs of an archive (directory, or a single graph's ``.json``).
+
+    mode: ``eager`` instantiates every graph now on this thread; ``parallel`` uses ``threads``
+    threads; ``lazy`` instantiates each graph at its first replay; ``background`` starts a thread
+    that instantiates them all while the caller goes on (a replay before that instantiates inline).
+    The allocation region must be set as at SAVE. Raises MismatchError naming the fingerprint
+    field when the archive comes from another environment, FormatError when it is corrupt.
+    """
+    if mode not in MODES:
+        raise InvalidArgumentError(f"unknown instantiation mode {mode!r}; choose one of {', '.join(MODES)}")
+    torch = _torch()
+    torch.cuda.synchronize()
+    # Capture released the caching allocator's unused segments (torch.cuda.graph empties the
+    # cache); do the same so the graph memory's recorded ranges are free here too.
+    torch.cuda.empty_cache()
+    manifest_path, manifest = open_archive(path, fingerprint=fingerprint)
+    directory = manifest_path.parent
+    times = LoadTimes()
+    start = time.perf_counter()
+    images.load_cuda_modules_and_libraries(directory)
+    times.images_s = time.perf_counter() - start
+    handle = ctypes.c_void_p()
+    _native.call("foundry_graphset_open", os.fsencode(directory / manifest["payload"]), ctypes.byref(handle))
+    native = _native.LoadTimes()
+    _native.call("foundry_graphset_info", handle, None, None, ctypes.byref(native))
+    times.read_s, times.claim_s, times.build_s = native.read_s, native.claim_s, native.build_s
+    times.mapped_blocks, times.existing_blocks = native.mapped_blocks, native.existing_blocks
+    archive = GraphArchive(manifest_path, manifest, handle, times)
+    if mode == "eager":
+        times.instantiate_s = archive.instantiate_all(1)
+    elif mode == "parallel":
+        times.instantiate_s = archive.instantiate_all(threads)
+    elif mode == "background":
+        archive.start_background()
+    return archive
+
+
+class PendingGraphLoads:
+    """Restores started by :meth:`CUDAGraph.start_graph_builds`, finished one by one or all at once."""
+
+    def __init__(self, archives: list[tuple[GraphArchive, int]], threads: list[threading.Thread]):
+        self._entries = archives
+        self._threads = threads
+
+    @classmethod
+    def start(cls, paths: list[Path], num_threads: int) -> PendingGraphLoads:
+        if not paths:
+            raise InvalidArgumentError("no graph paths given")
+        merged = paths[0].parent / "graph_manifest.json"
+        names = {p.name for p in paths}
+        entries: list[tuple[GraphArchive, int]] = []
+        if merged.is_file() and names <= set(read_manifest(merged).get("members", [])):
+            archive = load_graphs(merged, mode="lazy")
+            order = {m: i for i, m in enumerate(archive.manifest["members"])}
+            entries = [(archive, order[p.name]) for p in paths]
+            archives = [archive]
+        else:
+            archives = [load_graphs(p, mode="lazy") for p in paths]
+            entries = [(a, 0) for a in archives]
+        threads = []
+        for a in archives:
+            t = threading.Thread(target=a.instantiate_all, args=(num_threads,), daemon=True)
+            t.start()
+            threads.append(t)
+        return cls(entries, threads)
+
+    def finish_one(self, index: int) -> tuple[RestoredGraph, Any]:
+        archive, i = self._entries[index]
+        _native.call("foundry_graphset_instantiate", archive._handle, i)
+        return archive[i], archive.outputs(i)
+
+    def finish_all(self) -> list[tuple[RestoredGraph, Any]]:
+        for t in self._threads:
+            t.join()
+        return [self.finish_one(i) for i in range(len(self._entries))]

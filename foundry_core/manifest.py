@@ -1,0 +1,103 @@
+"""manifest.json: the human-readable index of an archive (format version, fingerprint, region,
+graphs and their outputs, payload and log files). Read strictly: anything malformed is a
+FormatError naming the field, never a KeyError or a silently wrong value."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from foundry_core.errors import ArchiveIOError, FormatError, VersionError
+
+FORMAT_NAME = "foundry-archive"
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+MAX_MANIFEST_BYTES = 64 << 20
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool",
+          "float8_e4m3fn", "float8_e5m2")
+
+
+def _require(obj: dict, key: str, kind: type, where: str) -> Any:
+    if not isinstance(obj, dict) or key not in obj:
+        raise FormatError(f"{where}: missing {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise FormatError(f"{where}: {key!r} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _check_name(name: str, where: str) -> str:
+    # Names come from the archive: they may only name a file inside it.
+    if not name or "/" in name or "\\" in name or name in (".", "..") or "\0" in name:
+        raise FormatError(f"{where}: {name!r} is not a plain file name inside the archive")
+    return name
+
+
+def _check_tensor(t: Any, where: str) -> None:
+    _require(t, "ptr", int, where)
+    shape = _require(t, "shape", list, where)
+    stride = _require(t, "stride", list, where)
+    dtype = _require(t, "dtype", str, where)
+    if dtype not in DTYPES:
+        raise FormatError(f"{where}: unknown dtype {dtype!r}")
+    if len(shape) != len(stride) or not all(isinstance(x, int) and x >= 0 for x in shape + [abs(s) for s in stride]):
+        raise FormatError(f"{where}: shape {shape} and stride {stride} do not describe a tensor")
+
+
+def validate(manifest: Any, source: str = MANIFEST_NAME) -> dict:
+    """Checks a parsed manifest's structure; returns it."""
+    if not isinstance(manifest, dict):
+        raise FormatError(f"{source}: not a JSON object")
+    fmt = _require(manifest, "format", str, source)
+    if fmt != FORMAT_NAME:
+        raise FormatError(f"{source}: not a Foundry archive manifest (format {fmt!r})")
+    version = _require(manifest, "version", int, source)
+    if version != FORMAT_VERSION:
+        raise VersionError(f"{source}: archive format version {version}, this Foundry reads {FORMAT_VERSION}")
+    _require(manifest, "fingerprint", dict, source)
+    _check_name(_require(manifest, "payload", str, source), source)
+    region = _require(manifest, "region", dict, source)
+    for key in ("base", "size", "high_water"):
+        _require(region, key, int, f"{source} region")
+    graphs = _require(manifest, "graphs", list, source)
+    for i, g in enumerate(graphs):
+        where = f"{source} graph {i}"
+        _require(g, "name", str, where)
+        outputs = _require(g, "outputs", dict, where)
+        kind = _require(outputs, "kind", str, where)
+        if kind not in ("none", "tensor", "list", "tuple"):
+            raise FormatError(f"{where}: unknown output kind {kind!r}")
+        for t in _require(outputs, "tensors", list, where):
+            _check_tensor(t, where + " output")
+    return manifest
+
+
+def read_manifest(path: str | os.PathLike) -> dict:
+    """Reads and validates a manifest file (refusing symlinks and oversized files)."""
+    p = Path(path)
+    if p.is_symlink():
+        raise FormatError(f"{p}: the manifest is a symbolic link; archives must be plain files")
+    try:
+        size = p.stat().st_size
+    except FileNotFoundError:
+        raise ArchiveIOError(f"{p}: no such manifest (is this a Foundry archive?)") from None
+    if size > MAX_MANIFEST_BYTES:
+        raise FormatError(f"{p}: manifest of {size} bytes is larger than the {MAX_MANIFEST_BYTES} allowed")
+    try:
+        data = json.loads(p.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FormatError(f"{p}: manifest is not valid JSON ({exc})") from None
+    return validate(data, str(p))
+
+
+def write_manifest(path: str | os.PathLike, manifest: dict) -> None:
+    """Writes a manifest atomically (temporary file, fsync, rename)."""
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.tmp.{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, p)

@@ -1,0 +1,201 @@
+"""Graph SAVE (one process) and LOAD (a fresh process) for the GPU tests.
+
+Usage: graph_probe.py save CASE DIR | load CASE DIR [MODE]
+Both sides allocate the case's inputs in the same order right after setting the region; SAVE
+then warms up and captures, LOAD restores. Both write fresh random inputs (seed 1234) into the
+static input buffers, replay, and report a hash of every output byte.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import foundry_core as fdry
+from foundry_core import _native
+from _common import REGION_BASE, REGION_SIZE, emit
+
+HERE = Path(__file__).resolve().parent
+
+
+def _digest(outputs) -> str:
+    h = hashlib.sha256()
+    for t in outputs if isinstance(outputs, (list, tuple)) else [outputs]:
+        h.update(t.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _fresh(inputs):
+    gen = torch.Generator(device="cuda").manual_seed(1234)
+    for t in inputs:
+        if t.is_floating_point():
+            t.copy_(torch.randn(t.shape, generator=gen, device="cuda", dtype=t.dtype))
+
+
+def pdl_library():
+    so = Path(os.environ.get("FOUNDRY_TEST_TMP", "/tmp")) / "foundry_pdl_kernels.so"
+    if not so.exists():
+        subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90", "-o", str(so),
+                        str(HERE / "pdl_kernels.cu"), "-lcuda"], check=True)
+    lib = ctypes.CDLL(str(so))
+    lib.launch_pair.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int]
+    lib.make_host_graph.restype = ctypes.c_void_p
+    return lib
+
+
+# ---- cases: inputs(), then step(inputs) -> outputs --------------------------------------------
+
+def case_inputs(case: str):
+    torch.manual_seed(0)
+    if case == "elementwise":
+        return [torch.randn(4096, 512, device="cuda")]
+    if case in ("gemm_bf16", "gemm_fp16"):
+        dt = torch.bfloat16 if case == "gemm_bf16" else torch.float16
+        # A tall-skinny product with a long K makes cuBLAS pick split-K with a reduce kernel.
+        return [torch.randn(64, 16384, device="cuda", dtype=dt), torch.randn(16384, 256, device="cuda", dtype=dt),
+                torch.randn(2048, 4096, device="cuda", dtype=dt), torch.randn(4096, 4096, device="cuda", dtype=dt)]
+    if case == "compile":
+        return [torch.randn(2048, 1024, device="cuda"), torch.randn(1024, device="cuda")]
+    if case == "streams":
+        return [torch.randn(2048, 2048, device="cuda")]
+    if case == "pdl":
+        return [torch.randn(1 << 20, device="cuda"), torch.empty(1 << 20, device="cuda")]
+    if case == "foreign":
+        return [torch.randn(1024, device="cuda")]
+    raise SystemExit(f"unknown case {case}")
+
+
+_compiled = None
+
+
+def case_step(case: str, inputs):
+    global _compiled
+    if case == "elementwise":
+        (x,) = inputs
+        y = torch.relu(x * 2.0 + 1.0)
+        return [y.sum(dim=-1), torch.softmax(y, dim=-1).amax(dim=0), torch.cumsum(x, dim=1)]
+    if case in ("gemm_bf16", "gemm_fp16"):
+        a, b, c, d = inputs
+        return [a @ b, c @ d]
+    if case == "compile":
+        if _compiled is None:
+            _compiled = torch.compile(lambda x, w: torch.nn.functional.gelu(x * w + 1.0).sum(dim=-1), dynamic=False)
+        return [_compiled(*inputs)]
+    if case == "streams":
+        (x,) = inputs
+        side = torch.cuda.Stream()
+        main = torch.cuda.current_stream()
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            a = torch.tanh(x) @ x
+        b = torch.sigmoid(x).sum(dim=0)
+        main.wait_stream(side)
+        return [a + b, b]
+    if case == "pdl":
+        x, mid = inputs
+        out = torch.empty_like(x)
+        rc = pdl_library().launch_pair(torch.cuda.current_stream().cuda_stream, x.data_ptr(), mid.data_ptr(),
+                                       out.data_ptr(), x.numel())
+        assert rc == 0, f"cudaLaunchKernelEx failed: {rc}"
+        return [out]
+    if case == "foreign":
+        return [inputs[0] + _foreign]
+    raise SystemExit(case)
+
+
+_foreign = None
+
+
+def edges(handle: int) -> list[list[int]]:
+    """[from, to, type, from_port, to_port] of every edge, sorted."""
+    n = ctypes.c_uint64()
+    _native.call("foundry_graph_edges", handle, None, 0, ctypes.byref(n))
+    arr = (ctypes.c_uint32 * max(2 * n.value, 1))()
+    _native.call("foundry_graph_edges", handle, arr, n.value, ctypes.byref(n))
+    out = []
+    for i in range(n.value):
+        ends, data = arr[2 * i], arr[2 * i + 1]
+        out.append([ends >> 16, ends & 0xFFFF, data & 0xFF, (data >> 8) & 0xFF, (data >> 16) & 0xFF])
+    return sorted(out)
+
+
+def save(case: str, directory: str) -> dict:
+    global _foreign
+    torch.cuda.init()
+    if case == "foreign":
+        _foreign = torch.randn(1024, device="cuda")  # allocated before the region: its address is not reproducible
+    fdry.set_allocation_region(REGION_BASE, REGION_SIZE)
+    inputs = case_inputs(case)
+    for _ in range(3):
+        case_step(case, inputs)
+    torch.cuda.synchronize()
+    g = fdry.CUDAGraph()
+    start = time.perf_counter()
+    with fdry.graph(g):
+        outputs = case_step(case, inputs)
+    capture_s = time.perf_counter() - start
+    g.replay()
+    result = {"capture_s": capture_s, "edges": edges(g.raw_cuda_graph())}
+    try:
+        g.save(Path(directory) / "graph.json", output_tensors=outputs)
+    except fdry.FoundryError as exc:
+        return {**result, "error": type(exc).__name__, "message": str(exc)}
+    _fresh(inputs)
+    g.replay()
+    torch.cuda.synchronize()
+    names = []
+    for f in _kernel_functions(g.raw_cuda_graph()):
+        names.append(fdry.images.function_image(f)[1])
+    return {**result, "digest": _digest(outputs), "kernels": names}
+
+
+def _kernel_functions(handle: int) -> list[int]:
+    n = ctypes.c_uint64()
+    _native.call("foundry_graph_kernel_functions", handle, None, 0, ctypes.byref(n))
+    arr = (ctypes.c_uint64 * max(n.value, 1))()
+    _native.call("foundry_graph_kernel_functions", handle, arr, n.value, ctypes.byref(n))
+    return list(arr[: n.value])
+
+
+def load(case: str, directory: str) -> dict:
+    torch.cuda.init()
+    fdry.load_cuda_modules_and_libraries(directory)
+    fdry.set_allocation_region(REGION_BASE, REGION_SIZE)
+    inputs = case_inputs(case)
+    start = time.perf_counter()
+    g, outputs = fdry.CUDAGraph.load(Path(directory) / "graph.json")
+    load_s = time.perf_counter() - start
+    _fresh(inputs)
+    g.replay()
+    torch.cuda.synchronize()
+    tmpl = ctypes.c_uint64()
+    _native.call("foundry_graphset_template", g._archive._handle, 0, ctypes.byref(tmpl))
+    return {"digest": _digest(outputs), "load_s": load_s, "edges": edges(tmpl.value)}
+
+
+def host_node(directory: str) -> dict:
+    torch.cuda.init()
+    fdry.set_allocation_region(REGION_BASE, REGION_SIZE)
+    handle = pdl_library().make_host_graph()
+    try:
+        fdry.save_graphs(Path(directory) / "host", {"host": (int(handle), None)})
+    except fdry.FoundryError as exc:
+        return {"error": type(exc).__name__, "message": str(exc)}
+    return {"error": None}
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "save":
+        emit(save(sys.argv[2], sys.argv[3]))
+    elif mode == "load":
+        emit(load(sys.argv[2], sys.argv[3]))
+    elif mode == "host":
+        emit(host_node(sys.argv[2]))

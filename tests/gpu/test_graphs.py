@@ -1,0 +1,68 @@
+"""Graph SAVE in one process, LOAD in a fresh one: bit-identical outputs on fresh inputs."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+CASES = ["elementwise", "gemm_bf16", "gemm_fp16", "compile", "streams", "pdl"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_restored_graph_is_bit_identical(case, program, tmp_path):
+    env = dict(os.environ, FOUNDRY_TEST_TMP=str(tmp_path))
+    saved = program("graph_probe", "save", case, str(tmp_path), env=env)
+    assert "error" not in saved, saved
+    loaded = program("graph_probe", "load", case, str(tmp_path), env=env)
+    print(f"\n{case}: capture {saved['capture_s']:.3f} s, load {loaded['load_s']:.3f} s, "
+          f"{len(saved['kernels'])} kernels, edges [from, to, type, from_port, to_port] {saved['edges']}")
+    assert loaded["digest"] == saved["digest"]
+    # Edges, with their CUgraphEdgeData (type and ports), read back identical.
+    assert loaded["edges"] == saved["edges"]
+    if case.startswith("gemm"):
+        assert any("nvjet" in k for k in saved["kernels"]), saved["kernels"]
+    if case == "gemm_bf16":
+        assert any("splitKreduce" in k for k in saved["kernels"]), saved["kernels"]
+    if case == "compile":
+        assert any(k.startswith("triton") for k in saved["kernels"]), saved["kernels"]
+    if case == "pdl":
+        assert any(e[2] == 1 for e in saved["edges"]), "no programmatic edge was captured"
+
+
+def test_graph_with_a_host_node_is_refused(program, tmp_path):
+    r = program("graph_probe", "host", str(tmp_path), env=dict(os.environ, FOUNDRY_TEST_TMP=str(tmp_path)))
+    assert r["error"] == "UnsupportedError", r
+    assert "node 0 is a host node" in r["message"] and "graph 0 (host)" in r["message"], r["message"]
+    assert not (tmp_path / "host").exists(), "a refused SAVE must leave no archive"
+
+
+def test_memory_outside_the_region_is_refused_in_strict_mode(program, tmp_path):
+    env = dict(os.environ, FOUNDRY_STRICT="1", FOUNDRY_TEST_TMP=str(tmp_path))
+    r = program("graph_probe", "save", "foreign", str(tmp_path), env=env)
+    assert r.get("error") == "AuditError", r
+    assert "outside the allocation region" in r["message"] and "parameter offset" in r["message"], r["message"]
+
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory):
+    from conftest import run_program
+
+    d = tmp_path_factory.mktemp("batches")
+    saved = run_program("batch_probe", "save", str(d / "archive"), "64")
+    return d / "archive", saved
+
+
+@pytest.mark.parametrize("mode", ["eager", "parallel", "lazy", "background"])
+def test_64_batch_sizes_share_templates_and_restore_identically(batches, mode, program):
+    archive, saved = batches
+    loaded = program("batch_probe", "load", str(archive), "64", mode)
+    print(f"\n64 sizes [{mode}]: capture+warmup {saved['capture_s']:.2f} s, graphs {saved['graphs']}, "
+          f"groups {saved['groups']}, nodes {saved['nodes']}, archive {saved['archive_bytes'] / 2**20:.1f} MiB, "
+          f"ready {loaded['ready_s']:.3f} s, first replay {loaded['first_replay_s']:.3f} s, phases {loaded['times']}")
+    assert saved["graphs"] == 64
+    assert saved["groups"] < saved["graphs"]
+    assert loaded["groups"] == saved["groups"]
+    assert loaded["digests"] == saved["digests"]

@@ -1,0 +1,459 @@
+"""`foundry inspect`, `verify` and `diff` on synthetic archives (no GPU needed).
+
+Archives are built from parts: a payload written from JSON by foundry_payload_from_json, image
+files written by foundry_image_file_write_synthetic, and a manifest with a hand-written
+fingerprint. Each corruption test breaks one thing and checks that verify names it.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from foundry_core import _native, cli
+from foundry_core.errors import FormatError
+from foundry_core.inspect import image_file_info, payload_dump, summarize
+from foundry_core.manifest import write_manifest
+from foundry_core.verify import FAIL, OK, SKIPPED, verify_archive
+
+REGION_BASE = 0x6000_0000_0000
+REGION_SIZE = 1 << 30
+IMAGE_A = 0xA1B2C3D4E5F60718  # above 2^53: must stay exact through JSON
+IMAGE_B = 0x0123456789ABCDEF
+IMAGE_C = 0x00000000000000CC
+KERNEL = "_Z6kernelPfi"
+INIT = "_Z4initv"
+GEMM = "gemm_kernel"
+FINGERPRINT = {
+    "gpu_name": "NVIDIA H200", "compute_capability": "9.0", "driver_version": 13000, "cuda_runtime": "13.0",
+    "torch_version": "2.9.0", "foundry_version": "0.1.0", "engine": "synthetic",
+}
+CUBIN = b"\x7fELF\x02\x01\x01" + bytes(57)  # only the first bytes matter: the kind is not parsed further
+PTX = b".version 9.0\n.target sm_90\n.entry gemm_kernel()\n{\n ret;\n}\n\x00"
+
+
+# ---- building synthetic archives ------------------------------------------------------------
+
+
+def write_image(images: Path, image_hash: int, entries: list[str], payload: bytes, loader: int = 0) -> Path:
+    """A normal image file holding `payload` (see foundry_image_file_write_synthetic)."""
+    images.mkdir(parents=True, exist_ok=True)
+    path = images / f"{image_hash:016x}.fimg"
+    names = (ctypes.c_char_p * max(len(entries), 1))(*[e.encode() for e in entries])
+    _native.call("foundry_image_file_write_synthetic", os.fsencode(path), image_hash, loader, names, len(entries),
+                 payload, len(payload))
+    return path
+
+
+def write_payload(path: Path, doc: dict) -> None:
+    _native.call("foundry_payload_from_json", json.dumps(doc).encode(), os.fsencode(path))
+
+
+def kernel(image: int, name: str, grid: int = 1, params: str = "0000006000000000") -> dict:
+    return {"kind": "kernel", "kernel": {
+        "image": f"{image:016x}", "name": name, "grid": [grid, 1, 1], "block": [128, 1, 1], "shared_mem": 0,
+        "params": params, "slots": [{"offset": 0, "size": 8}], "attrs": [],
+        "func": {"max_dynamic_shared": 0, "preferred_carveout": -1, "required_cluster": [0, 0, 0],
+                 "non_portable_cluster": 0, "cluster_scheduling": 0}}}
+
+
+def edge(a: int, b: int, kind: int = 0, from_port: int = 0) -> dict:
+    return {"from": a, "to": b, "from_port": from_port, "to_port": 0, "type": kind}
+
+
+def payload_doc() -> dict:
+    """Two groups: a decode template shared by bs=1 and bs=2 (bs=2 changes one kernel's grid), and
+    a prefill template."""
+    decode = {
+        "nodes": [
+            kernel(IMAGE_A, INIT),
+            {"kind": "memset", "memset": {"dst": REGION_BASE + 4096, "pitch": 0, "value": 0, "element_size": 4,
+                                          "width": 256, "height": 1}},
+            kernel(IMAGE_A, KERNEL, grid=8),
+            {"kind": "event_record", "event": 0},
+            kernel(IMAGE_B, GEMM),
+            {"kind": "child_graph", "child": 0},
+        ],
+        "edges": [edge(0, 1), edge(1, 2), edge(2, 3), edge(2, 4, kind=1, from_port=1), edge(4, 5)],
+        "children": [{"nodes": [{"kind": "empty"}, kernel(IMAGE_B, GEMM)], "edges": [edge(0, 1)], "children": []}],
+    }
+    prefill = {"nodes": [kernel(IMAGE_B, GEMM, grid=64)], "edges": [], "children": []}
+    refs = [{"offset": 0, "size": 1 << 20, "kind": 1}]
+    return {
+        "version": 1, "region": {"base": REGION_BASE, "size": REGION_SIZE}, "event_count": 1,
+        "templates": [decode, prefill],
+        "members": [
+            {"name": "bs=1", "template": 0, "delta": [], "refs": refs},
+            {"name": "bs=2", "template": 0, "delta": [{"node": 2, "value": kernel(IMAGE_A, KERNEL, grid=16)}],
+             "refs": refs},
+            {"name": "prefill", "template": 1, "delta": [], "refs": refs},
+        ],
+    }
+
+
+def output(ptr: int) -> dict:
+    return {"kind": "tensor", "tensors": [{"ptr": ptr, "shape": [2, 4], "stride": [4, 1], "dtype": "float32"}]}
+
+
+def manifest_doc(names: list[str]) -> dict:
+    return {
+        "format": "foundry-archive", "version": 1, "fingerprint": dict(FINGERPRINT), "payload": "graphs.fgr",
+        "region": {"base": REGION_BASE, "size": REGION_SIZE, "high_water": 3 << 20},
+        "graphs": [{"name": n, "outputs": output(REGION_BASE + 8192 * (i + 1))} for i, n in enumerate(names)],
+        "log": "alloc_log.json", "created": "2025-01-01T00:00:00Z",
+    }
+
+
+def make_archive(path: Path, payload: dict | None = None, manifest: dict | None = None) -> Path:
+    payload = payload or payload_doc()
+    path.mkdir(parents=True)
+    write_payload(path / "graphs.fgr", payload)
+    write_image(path / "images", IMAGE_A, [KERNEL, INIT], CUBIN, loader=1)
+    write_image(path / "images", IMAGE_B, [GEMM], PTX)
+    (path / "alloc_log.json").write_text("[]")
+    write_manifest(path / "manifest.json", manifest or manifest_doc([m["name"] for m in payload["members"]]))
+    return path
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> Path:
+    return make_archive(tmp_path / "arch")
+
+
+@pytest.fixture
+def wide(monkeypatch):
+    """Rich tables as wide as needed: no wrapping inside the cells the tests look for."""
+    monkeypatch.setenv("COLUMNS", "250")
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def checks_by_name(path: Path) -> dict:
+    return {c.name: c for c in verify_archive(path)}
+
+
+def flip_byte(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+def no_gpu() -> bool:
+    from conftest import gpu_unavailable_reason
+
+    return gpu_unavailable_reason() is not None
+
+
+# ---- the native readers ---------------------------------------------------------------------
+
+
+def test_payload_json_round_trips_through_the_file(archive):
+    doc = payload_doc()
+    dumped = payload_dump(archive / "graphs.fgr")
+    assert dumped == doc
+    assert dumped["templates"][0]["nodes"][0]["kernel"]["image"] == f"{IMAGE_A:016x}"
+
+
+def test_payload_from_json_names_the_bad_field(tmp_path):
+    doc = payload_doc()
+    del doc["templates"][0]["nodes"][2]["kernel"]["block"]
+    with pytest.raises(FormatError, match=r"templates\[0\]\.nodes\[2\]\.kernel\.block: missing"):
+        write_payload(tmp_path / "p.fgr", doc)
+    doc = payload_doc()
+    doc["members"][1]["delta"][0]["node"] = 1  # a kernel in place of the template's memset
+    with pytest.raises(FormatError, match=r"members\[1\]\.delta"):
+        write_payload(tmp_path / "p.fgr", doc)
+    assert not (tmp_path / "p.fgr").exists()
+
+
+def test_image_file_dump(archive):
+    info = image_file_info(archive / "images" / f"{IMAGE_A:016x}.fimg")
+    assert info["hash"] == f"{IMAGE_A:016x}"
+    assert info["kind_name"] == "cubin" and info["loader"] == "library"
+    assert info["entries"] == sorted([KERNEL, INIT])
+    assert info["size"] == len(CUBIN) and info["stored_size"] == len(CUBIN) and info["segments"] == [len(CUBIN)]
+    ptx = image_file_info(archive / "images" / f"{IMAGE_B:016x}.fimg")
+    assert ptx["kind_name"] == "ptx" and ptx["loader"] == "module"
+
+
+def test_synthetic_image_must_be_named_by_its_hash(tmp_path):
+    names = (ctypes.c_char_p * 1)(b"k")
+    with pytest.raises(Exception, match="must be named"):
+        _native.call("foundry_image_file_write_synthetic", os.fsencode(tmp_path / "x.fimg"), IMAGE_A, 0, names, 1,
+                     CUBIN, len(CUBIN))
+
+
+# ---- inspect ----------------------------------------------------------------------------------
+
+
+def test_inspect_json_summary(archive, capsys):
+    code, out, _ = run_cli(capsys, "inspect", str(archive), "--json")
+    assert code == 0
+    summary = json.loads(out)
+    assert summary == json.loads(json.dumps(summarize(archive)))
+    (rank,) = summary["ranks"]
+    assert rank["rank"] is None
+    assert rank["fingerprint"] == FINGERPRINT
+    assert rank["graph_count"] == 3 and rank["groups"] == 2
+    assert [g["name"] for g in rank["graphs"]] == ["bs=1", "bs=2", "prefill"]
+    assert [g["delta_nodes"] for g in rank["graphs"]] == [0, 1, 0]
+    # Per graph: decode has 6 nodes + 2 in its child graph; prefill 1. Counted over all 3 graphs.
+    assert rank["nodes_by_kind"] == {"kernel": 9, "memset": 2, "event_record": 2, "child_graph": 2, "empty": 2}
+    by_image = {r["image"]: r for r in rank["kernels_by_image"]}
+    assert by_image[f"{IMAGE_A:016x}"] == {"image": f"{IMAGE_A:016x}", "kernel_nodes": 4, "kind": "cubin",
+                                           "size": len(CUBIN)}
+    assert by_image[f"{IMAGE_B:016x}"]["kernel_nodes"] == 5 and by_image[f"{IMAGE_B:016x}"]["kind"] == "ptx"
+    assert {i["hash"]: i["entries"] for i in rank["images"]} == {f"{IMAGE_A:016x}": 2, f"{IMAGE_B:016x}": 1}
+    assert rank["region"] == {"base": REGION_BASE, "size": REGION_SIZE, "high_water": 3 << 20}
+    assert rank["payload_size"] == (archive / "graphs.fgr").stat().st_size
+    assert rank["archive_size"] > rank["payload_size"]
+
+
+def test_inspect_table(archive, capsys, wide):
+    code, out, _ = run_cli(capsys, "inspect", str(archive))
+    assert code == 0
+    for text in ("fingerprint.gpu_name", "NVIDIA H200", "groups", "region base", "0x600000000000",
+                 "region high-water", "payload size", "archive size", "nodes by type", "kernels by image",
+                 f"{IMAGE_A:016x}", "cubin", "ptx", "library", "bs=2", "prefill"):
+        assert text in out, text
+
+
+def test_inspect_graph_applies_the_delta(archive, capsys):
+    code, out, _ = run_cli(capsys, "inspect", str(archive), "--graph", "1")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "graph 1 'bs=2' (group 0)"
+    kernel_line = next(ln for ln in lines if ln.strip().startswith("2  kernel"))
+    assert "grid=16x1x1" in kernel_line and "block=128x1x1" in kernel_line and "smem=0" in kernel_line
+    if shutil.which("c++filt"):
+        assert "kernel(float*, int)" in kernel_line
+    else:
+        assert KERNEL in kernel_line
+    assert any("memset" in ln and "dst=0x600000001000" in ln and "width=256" in ln for ln in lines)
+    assert "  2 -> 4  programmatic  (port programmatic -> default)" in lines
+    assert "child graph 0:" in lines
+    # By name, as JSON: the same graph.
+    code, out, _ = run_cli(capsys, "inspect", str(archive), "--graph", "bs=2", "--json")
+    detail = json.loads(out)
+    assert code == 0 and detail["index"] == 1 and detail["nodes"][2]["kernel"]["grid"] == [16, 1, 1]
+
+
+def test_inspect_unknown_graph_is_an_error(archive, capsys):
+    code, _, err = run_cli(capsys, "inspect", str(archive), "--graph", "7")
+    assert code == 1 and "no graph 7" in err
+
+
+def test_inspect_shows_each_rank(tmp_path, capsys, wide):
+    root = tmp_path / "multi"
+    make_archive(root / "rank0")
+    make_archive(root / "rank1")
+    code, out, _ = run_cli(capsys, "inspect", str(root), "--json")
+    assert code == 0
+    assert [r["rank"] for r in json.loads(out)["ranks"]] == ["rank0", "rank1"]
+    code, out, _ = run_cli(capsys, "inspect", str(root))
+    assert "(rank0)" in out and "(rank1)" in out
+
+
+# ---- verify -----------------------------------------------------------------------------------
+
+
+def test_verify_passes_on_a_good_archive(archive, capsys):
+    checks = checks_by_name(archive)
+    expected = {"manifest", "symbolic links", "paths", "files", "payload", "images", "fingerprint",
+                "kernel references", "graph references", "output references"}
+    assert set(checks) == expected
+    for name, c in checks.items():
+        if name != "fingerprint":  # compared against this machine when it has a GPU
+            assert c.status == OK, c
+    if no_gpu():
+        assert checks["fingerprint"].status == SKIPPED
+        code, out, _ = run_cli(capsys, "verify", str(archive))
+        assert code == 0, out
+        assert "10 of 10 checks passed" in out
+
+
+@pytest.mark.skipif(not no_gpu(), reason="this machine has a GPU: the fingerprint is compared, not skipped")
+def test_verify_without_a_gpu_skips_the_fingerprint(archive):
+    out = subprocess.run([sys.executable, "-m", "foundry_core.cli", "verify", str(archive)], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "COLUMNS": "250"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    line = next(ln for ln in out.stdout.splitlines() if "fingerprint" in ln)
+    assert line.startswith("skipped") and "no GPU" in line and "FAIL" not in line
+    assert "10 of 10 checks passed" in out.stdout
+
+
+def assert_fails(path: Path, check: str, reason: str, capsys=None) -> None:
+    checks = checks_by_name(path)
+    assert checks[check].status == FAIL, checks[check]
+    assert reason in checks[check].detail, checks[check].detail
+    if capsys is not None:
+        code, out, _ = run_cli(capsys, "verify", str(path))
+        assert code == 1
+        assert any(ln.startswith("FAIL") and check in ln for ln in out.splitlines()), out
+
+
+def test_verify_truncated_payload(archive, capsys):
+    p = archive / "graphs.fgr"
+    p.write_bytes(p.read_bytes()[:-100])
+    assert_fails(archive, "payload", "truncated", capsys)
+
+
+def test_verify_flipped_byte_in_payload(archive):
+    p = archive / "graphs.fgr"
+    flip_byte(p, p.stat().st_size - 20)
+    assert_fails(archive, "payload", "checksum mismatch")
+
+
+def test_verify_flipped_byte_in_an_image(archive):
+    p = archive / "images" / f"{IMAGE_B:016x}.fimg"
+    flip_byte(p, p.stat().st_size - 8)
+    assert_fails(archive, "images", f"images/{IMAGE_B:016x}.fimg")
+    assert_fails(archive, "images", "checksum mismatch")
+
+
+def test_verify_invalid_manifest_json(archive, capsys):
+    m = archive / "manifest.json"
+    m.write_text(m.read_text()[:-10])
+    assert_fails(archive, "manifest", "not valid JSON", capsys)
+    checks = checks_by_name(archive)
+    assert checks["payload"].status == OK  # the rest is still checked as far as it can be
+    assert checks["references"].status == SKIPPED
+
+
+def test_verify_missing_image(archive):
+    (archive / "images" / f"{IMAGE_B:016x}.fimg").unlink()
+    assert_fails(archive, "kernel references", f"names image {IMAGE_B:016x}, not in images/")
+
+
+def test_verify_extra_file(archive, capsys):
+    (archive / "notes.txt").write_text("hello")
+    (archive / "images" / "stray.bin").write_bytes(b"x")
+    assert_fails(archive, "files", "unexpected file notes.txt", capsys)
+    assert_fails(archive, "files", "unexpected file images/stray.bin")
+
+
+def test_verify_symlink_inside(archive, tmp_path):
+    outside = tmp_path / "elsewhere.fimg"
+    shutil.copy(archive / "images" / f"{IMAGE_B:016x}.fimg", outside)
+    (archive / "images" / f"{IMAGE_B:016x}.fimg").unlink()
+    (archive / "images" / f"{IMAGE_B:016x}.fimg").symlink_to(outside)
+    assert_fails(archive, "symbolic links", f"images/{IMAGE_B:016x}.fimg is a symbolic link")
+    assert_fails(archive, "images", "symbolic link")  # the container reader refuses to follow it
+
+
+def test_verify_kernel_naming_a_missing_entry(tmp_path):
+    doc = payload_doc()
+    doc["templates"][1]["nodes"][0] = kernel(IMAGE_B, "no_such_kernel")
+    path = make_archive(tmp_path / "a", payload=doc)
+    assert_fails(path, "kernel references", f"kernel no_such_kernel is not an entry of image {IMAGE_B:016x}")
+
+
+def test_verify_kernel_only_in_a_delta_is_checked(tmp_path):
+    doc = payload_doc()
+    doc["members"][1]["delta"][0]["value"] = kernel(IMAGE_C, KERNEL)
+    path = make_archive(tmp_path / "a", payload=doc)
+    assert_fails(path, "kernel references", "delta node 2")
+
+
+def test_verify_manifest_graph_not_in_payload(tmp_path):
+    path = make_archive(tmp_path / "a", manifest=manifest_doc(["bs=1", "bs=2", "prefill", "ghost"]))
+    assert_fails(path, "graph references", "manifest graph 'ghost' is not in the payload")
+
+
+def test_verify_graph_order(tmp_path):
+    path = make_archive(tmp_path / "a", manifest=manifest_doc(["bs=2", "bs=1", "prefill"]))
+    assert_fails(path, "graph references", "another order")
+
+
+def test_verify_output_outside_the_region(tmp_path):
+    manifest = manifest_doc(["bs=1", "bs=2", "prefill"])
+    manifest["graphs"][2]["outputs"] = output(REGION_BASE + REGION_SIZE - 16)  # 32 bytes from 16 before the end
+    path = make_archive(tmp_path / "a", manifest=manifest)
+    assert_fails(path, "output references", "graph 'prefill' output 0")
+
+
+def test_verify_log_name_escaping_the_archive(tmp_path):
+    manifest = manifest_doc(["bs=1", "bs=2", "prefill"])
+    manifest["log"] = "../alloc_log.json"
+    path = make_archive(tmp_path / "a", manifest=manifest)
+    assert_fails(path, "paths", "not a plain file name")
+
+
+def test_verify_each_rank(tmp_path):
+    root = tmp_path / "multi"
+    make_archive(root / "rank0")
+    make_archive(root / "rank1")
+    (root / "rank1" / "graphs.fgr").write_bytes(b"FDRYCNT1")
+    checks = checks_by_name(root)
+    assert checks["ranks"].status == OK
+    assert checks["rank0: payload"].status == OK
+    assert checks["rank1: payload"].status == FAIL and "truncated" in checks["rank1: payload"].detail
+
+
+def test_verify_not_an_archive(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, "verify", str(tmp_path))
+    assert code == 1 and "FAIL" in out and "no manifest.json" in out
+
+
+# ---- diff -------------------------------------------------------------------------------------
+
+
+def test_diff_identical(tmp_path, capsys):
+    a = make_archive(tmp_path / "a")
+    b = make_archive(tmp_path / "b")
+    code, out, _ = run_cli(capsys, "diff", str(a), str(b))
+    assert code == 0 and "identical" in out
+
+
+def test_diff_different(tmp_path, capsys):
+    a = make_archive(tmp_path / "a")
+    doc = payload_doc()
+    doc["members"].append({"name": "bs=4", "template": 1, "delta": [], "refs": []})
+    doc["members"][0]["delta"] = [{"node": 2, "value": kernel(IMAGE_A, KERNEL, grid=8, params="0000006001000000")}]
+    doc["templates"][1]["nodes"][0] = kernel(IMAGE_C, "other_gemm", grid=64)
+    manifest = manifest_doc(["bs=1", "bs=2", "prefill", "bs=4"])
+    manifest["fingerprint"]["gpu_name"] = "NVIDIA H100"
+    b = make_archive(tmp_path / "b", payload=doc, manifest=manifest)
+    write_image(b / "images", IMAGE_C, ["other_gemm"], PTX)
+    code, out, _ = run_cli(capsys, "diff", str(a), str(b))
+    assert code == 1
+    lines = out.splitlines()
+    assert "fingerprint: gpu_name: 'NVIDIA H200' (A) vs 'NVIDIA H100' (B)" in lines
+    assert "graphs: only in B: 'bs=4'" in lines
+    assert "graph 'bs=1': same topology, parameters differ at 1 nodes (2)" in lines
+    assert "graph 'prefill': kernel sequences differ from kernel 0: gemm_kernel (A) vs other_gemm (B)" in lines
+    assert f"kernels: only in B: {IMAGE_C:016x}:other_gemm" in lines
+    assert f"images: only in B: {IMAGE_C:016x}" in lines
+    assert not any(ln.startswith("groups") for ln in lines)
+
+
+def test_diff_groups_and_topology(tmp_path, capsys):
+    a = make_archive(tmp_path / "a")
+    doc = copy.deepcopy(payload_doc())
+    doc["templates"][0]["edges"][3]["type"] = 0
+    doc["templates"].append({"nodes": [{"kind": "empty"}], "edges": [], "children": []})
+    doc["members"][2]["template"] = 2
+    b = make_archive(tmp_path / "b", payload=doc)
+    code, out, _ = run_cli(capsys, "diff", str(a), str(b))
+    assert code == 1
+    assert "groups: 2 (A) vs 3 (B)" in out
+    assert "graph 'bs=1': edges or child graphs differ" in out
+    assert "graph 'prefill': node kinds differ from node 0: kernel (A) vs empty (B)" in out
+
+
+def test_diff_of_an_unreadable_archive_is_an_error(tmp_path, capsys):
+    a = make_archive(tmp_path / "a")
+    code, _, err = run_cli(capsys, "diff", str(a), str(tmp_path / "missing"))
+    assert code == 2 and "foundry diff:" in err
