@@ -64,7 +64,7 @@ foundry_status foundry_graphset_info(void* set, uint64_t* count, uint64_t* templ
   if (count) *count = s->count();
   if (templates) *templates = s->template_count();
   if (times) {
-    const LoadTimes& t = s->times();
+    const LoadTimes t = s->times();
     times->read_s = t.read_s, times->claim_s = t.claim_s, times->build_s = t.build_s;
     times->instantiate_s = t.instantiate_s, times->mapped_blocks = t.mapped_blocks, times->existing_blocks = t.existing_blocks;
   }
@@ -113,7 +113,9 @@ foundry_status foundry_graphset_template(void* set, uint64_t index, uint64_t* gr
   auto* s = static_cast<GraphSet*>(set);
   if (s == nullptr || graph == nullptr) return report(null_arg("set or graph"));
   if (index >= s->count()) return report(Error(FOUNDRY_ERR_INVALID_ARGUMENT, "graph index out of range"));
-  *graph = reinterpret_cast<uint64_t>(s->template_graph(index));
+  CUgraph g = s->template_graph(index);
+  if (g == nullptr) return report(Error(FOUNDRY_ERR_CUDA, "building the template of graph " + std::to_string(index) + " failed"));
+  *graph = reinterpret_cast<uint64_t>(g);
   return FOUNDRY_OK;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 
 #include "common/log.h"
@@ -17,16 +18,28 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The largest dynamic shared memory any graph asks of each kernel: one function attribute is
-// shared by all graphs, so it must satisfy all of them.
-std::map<std::pair<uint64_t, std::string>, int32_t> max_shared(const Payload& p) {
-  std::map<std::pair<uint64_t, std::string>, int32_t> out;
+// One entry per kernel with what its function attributes must allow for every graph: the largest
+// dynamic shared memory any of them asks (a function attribute is shared by all graphs), and the
+// cluster and carveout settings (part of the topology, so equal across graphs).
+std::map<std::pair<uint64_t, std::string>, KernelNode> function_requirements(const Payload& p) {
+  std::map<std::pair<uint64_t, std::string>, KernelNode> out;
   auto visit = [&out](const Node& n) {
     if (n.kind != NodeKind::kKernel) return;
-    int32_t& v = out[{n.kernel.image_hash, n.kernel.name}];
-    v = std::max({v, n.kernel.func.max_dynamic_shared, static_cast<int32_t>(n.kernel.shared_mem)});
+    auto [it, fresh] = out.try_emplace({n.kernel.image_hash, n.kernel.name});
+    KernelNode& k = it->second;
+    if (fresh) {
+      k.image_hash = n.kernel.image_hash;
+      k.name = n.kernel.name;
+      k.func = n.kernel.func;
+    }
+    k.func.max_dynamic_shared = std::max({k.func.max_dynamic_shared, n.kernel.func.max_dynamic_shared,
+                                          static_cast<int32_t>(n.kernel.shared_mem)});
   };
-  for (const GraphModel& t : p.templates) for (const Node& n : t.nodes) visit(n);
+  std::function<void(const GraphModel&)> walk = [&](const GraphModel& g) {
+    for (const Node& n : g.nodes) visit(n);
+    for (const GraphModel& c : g.children) walk(c);
+  };
+  for (const GraphModel& t : p.templates) walk(t);
   for (const PayloadMember& m : p.members) for (const NodeDelta& d : m.delta) visit(d.value);
   return out;
 }
@@ -78,28 +91,38 @@ Status GraphSet::prepare() {
     FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
     events_.push_back(e);
   }
-  for (const auto& [key, shared] : max_shared(payload_)) {
-    KernelNode k;
-    k.image_hash = key.first;
-    k.name = key.second;
-    FOUNDRY_RETURN_IF_ERROR(apply_function_attrs(k, shared));
+  for (const auto& [key, k] : function_requirements(payload_)) {
+    FOUNDRY_RETURN_IF_ERROR(apply_function_attrs(k, k.func.max_dynamic_shared));
   }
-  for (const GraphModel& t : payload_.templates) {
-    for (const Node& n : t.nodes) {
-      if (n.kind == NodeKind::kKernel && (n.kernel.func.non_portable_cluster || n.kernel.func.preferred_carveout >= 0)) {
-        FOUNDRY_RETURN_IF_ERROR(apply_function_attrs(n.kernel, 0));
-      }
-    }
-    auto built = build_graph(t, events_, ctx_);
-    if (!built.ok()) return built.status();
-    auto tmpl = std::make_unique<Template>();
-    tmpl->graph = built.value().graph;
-    tmpl->nodes = std::move(built.value().nodes);
-    templates_.push_back(std::move(tmpl));
-  }
+  for (size_t t = 0; t < payload_.templates.size(); ++t) templates_.push_back(std::make_unique<Template>());
   for (size_t i = 0; i < payload_.members.size(); ++i) members_.push_back(std::make_unique<Member>());
   times_.build_s = seconds_since(t0);
   return Status::Ok();
+}
+
+Status GraphSet::ensure_built(uint32_t t) {
+  Template& tmpl = *templates_[t];
+  if (tmpl.built) return Status::Ok();
+  auto t0 = std::chrono::steady_clock::now();
+  auto built = build_graph(payload_.templates[t], events_, ctx_);
+  if (!built.ok()) return built.status();
+  tmpl.graph = built.value().graph;
+  tmpl.nodes = std::move(built.value().nodes);
+  tmpl.built = true;
+  build_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  return Status::Ok();
+}
+
+LoadTimes GraphSet::times() const {
+  LoadTimes t = times_;
+  t.build_s += static_cast<double>(build_ns_.load()) * 1e-9;
+  return t;
+}
+
+CUgraph GraphSet::template_graph(size_t i) {
+  uint32_t t = payload_.members.at(i).template_index;
+  std::lock_guard<std::mutex> lock(templates_[t]->mu);
+  return ensure_built(t).ok() ? templates_[t]->graph : nullptr;
 }
 
 Status GraphSet::instantiate_from(size_t i, CUgraph graph, const std::vector<CUgraphNode>& nodes) {
@@ -148,8 +171,10 @@ Status GraphSet::instantiate(size_t i) {
   Member& m = *members_[i];
   std::lock_guard<std::mutex> lock(m.mu);
   if (m.exec != nullptr) return Status::Ok();
-  Template& t = *templates_[payload_.members[i].template_index];
+  uint32_t index = payload_.members[i].template_index;
+  Template& t = *templates_[index];
   std::lock_guard<std::mutex> tlock(t.mu);
+  FOUNDRY_RETURN_IF_ERROR(ensure_built(index));
   return instantiate_from(i, t.graph, t.nodes);
 }
 
@@ -157,6 +182,7 @@ Status GraphSet::clone_template(uint32_t t, CUgraph* clone, std::vector<CUgraphN
   const Driver* d = driver_if_open();
   Template& tmpl = *templates_[t];
   std::lock_guard<std::mutex> lock(tmpl.mu);
+  FOUNDRY_RETURN_IF_ERROR(ensure_built(t));
   FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphClone(clone, tmpl.graph), "cuGraphClone"));
   nodes->resize(tmpl.nodes.size());
   for (size_t i = 0; i < tmpl.nodes.size(); ++i) {

@@ -35,22 +35,25 @@ class GraphSet {
   size_t count() const { return members_.size(); }
   size_t template_count() const { return payload_.templates.size(); }
   const PayloadMember& member(size_t i) const { return payload_.members[i]; }
-  const LoadTimes& times() const { return times_; }
+  LoadTimes times() const;
 
   Status instantiate(size_t i);
   Status instantiate_all(int threads);
   void start_background();
   Status launch(size_t i, CUstream stream);
   bool ready(size_t i) const { return members_[i]->exec != nullptr; }
-  CUgraph template_graph(size_t i) const { return templates_[payload_.members[i].template_index]->graph; }
+  // The template graph i is instantiated from (built if it was not yet); nullptr on failure.
+  CUgraph template_graph(size_t i);
 
  private:
   struct Member {
     std::mutex mu;
     CUgraphExec exec = nullptr;
   };
+  // Built on first use: LOAD pays only for the templates of the graphs it instantiates.
   struct Template {
     std::mutex mu;  // the driver does not synchronise concurrent use of one CUgraph
+    bool built = false;
     CUgraph graph = nullptr;
     std::vector<CUgraphNode> nodes;
   };
@@ -58,6 +61,7 @@ class GraphSet {
   Status prepare();
   Status instantiate_from(size_t i, CUgraph graph, const std::vector<CUgraphNode>& nodes);
   Status clone_template(uint32_t t, CUgraph* clone, std::vector<CUgraphNode>* nodes);
+  Status ensure_built(uint32_t t);  // caller holds templates_[t]->mu
 
   Payload payload_;
   std::vector<CUevent> events_;
@@ -65,6 +69,7 @@ class GraphSet {
   std::vector<std::unique_ptr<Member>> members_;
   CUcontext ctx_ = nullptr;
   LoadTimes times_;
+  std::atomic<int64_t> build_ns_{0};
   std::thread background_;
   std::atomic<bool> stop_{false};
 };

@@ -10,18 +10,9 @@ namespace {
 constexpr uint32_t kSectionHeader = 1;
 constexpr uint32_t kSectionTemplate = 2;
 constexpr uint32_t kSectionMember = 3;
+constexpr uint32_t kSectionNames = 4;
 constexpr size_t kMaxName = 4096;
 constexpr uint32_t kMaxGraphs = 1 << 20;
-
-// What apply_delta would check, without copying the template: LOAD reads hundreds of members.
-Status check_delta(const GraphModel& tmpl, const std::vector<NodeDelta>& delta) {
-  for (const NodeDelta& d : delta) {
-    if (d.node >= tmpl.nodes.size()) return Error(FOUNDRY_ERR_FORMAT, "delta names node " + std::to_string(d.node) + " of " + std::to_string(tmpl.nodes.size()));
-    if (d.value.kind != tmpl.nodes[d.node].kind) return Error(FOUNDRY_ERR_FORMAT, "delta changes the kind of node " + std::to_string(d.node));
-    if (d.value.kind == NodeKind::kChildGraph) return Error(FOUNDRY_ERR_FORMAT, "delta changes child graph node " + std::to_string(d.node));
-  }
-  return Status::Ok();
-}
 
 }  // namespace
 
@@ -35,16 +26,22 @@ Status write_payload(const std::string& path, const Payload& p) {
   h.u64(p.region_base);
   h.u64(p.region_size);
   c.add(kSectionHeader, h.take());
+  NameTable names;
+  std::vector<std::vector<uint8_t>> templates;
   for (const GraphModel& t : p.templates) {
     ByteWriter w;
-    write_graph(w, t);
-    c.add(kSectionTemplate, w.take());
+    write_graph(w, t, &names);
+    templates.push_back(w.take());
   }
+  ByteWriter nw;
+  write_names(nw, names);
+  c.add(kSectionNames, nw.take());
+  for (auto& t : templates) c.add(kSectionTemplate, std::move(t));
   for (const PayloadMember& m : p.members) {
     ByteWriter w;
     w.string(m.name);
     w.u32(m.template_index);
-    write_delta(w, m.delta);
+    write_delta(w, p.templates.at(m.template_index), m.delta);
     w.u32(static_cast<uint32_t>(m.refs.size()));
     for (const RegionRef& r : m.refs) {
       w.u64(r.offset);
@@ -71,6 +68,10 @@ Result<Payload> read_payload(const std::string& path) {
   }
   h.u32(&n_members), h.u32(&n_templates), h.u32(&p.event_count), h.u64(&p.region_base), h.u64(&p.region_size);
   FOUNDRY_RETURN_IF_ERROR(h.status("graph payload header"));
+  auto nr = c.value().reader(kSectionNames);
+  if (!nr.ok()) return Error(FOUNDRY_ERR_FORMAT, path + ": no kernel name table");
+  std::vector<std::string> names;
+  FOUNDRY_RETURN_IF_ERROR(read_names(nr.value(), &names));
   auto templates = c.value().find_all(kSectionTemplate);
   auto members = c.value().find_all(kSectionMember);
   if (templates.size() != n_templates || members.size() != n_members || n_members > kMaxGraphs) {
@@ -81,7 +82,8 @@ Result<Payload> read_payload(const std::string& path) {
   for (const Section* s : templates) {
     ByteReader r(c.value().data(*s));
     p.templates.emplace_back();
-    FOUNDRY_RETURN_IF_ERROR(read_graph(r, &p.templates.back()));
+    Status st = read_graph(r, &p.templates.back(), 0, &names);
+    if (!st.ok()) return Error(st.code(), path + ": template " + std::to_string(p.templates.size() - 1) + ": " + st.message());
   }
   for (size_t i = 0; i < members.size(); ++i) {
     ByteReader r(c.value().data(*members[i]));
@@ -89,7 +91,12 @@ Result<Payload> read_payload(const std::string& path) {
     r.string(&m.name, kMaxName);
     r.u32(&m.template_index);
     FOUNDRY_RETURN_IF_ERROR(r.status("graph entry"));
-    FOUNDRY_RETURN_IF_ERROR(read_delta(r, &m.delta));
+    if (m.template_index >= p.templates.size()) {
+      return Error(FOUNDRY_ERR_FORMAT, path + ": graph " + std::to_string(i) + " names template " +
+                                           std::to_string(m.template_index) + " of " + std::to_string(p.templates.size()));
+    }
+    Status ds = read_delta(r, p.templates[m.template_index], &m.delta);
+    if (!ds.ok()) return Error(ds.code(), path + ": graph " + std::to_string(i) + " (" + m.name + "): " + ds.message());
     uint32_t n_refs = 0;
     r.count32(&n_refs, 20);
     for (uint32_t k = 0; k < n_refs && r.ok(); ++k) {
@@ -98,12 +105,6 @@ Result<Payload> read_payload(const std::string& path) {
       m.refs.push_back(ref);
     }
     FOUNDRY_RETURN_IF_ERROR(r.status("graph entry region references"));
-    if (m.template_index >= p.templates.size()) {
-      return Error(FOUNDRY_ERR_FORMAT, path + ": graph " + std::to_string(i) + " names template " +
-                                           std::to_string(m.template_index) + " of " + std::to_string(p.templates.size()));
-    }
-    Status s = check_delta(p.templates[m.template_index], m.delta);
-    if (!s.ok()) return Error(FOUNDRY_ERR_FORMAT, path + ": graph " + std::to_string(i) + ": " + s.message());
     p.members.push_back(std::move(m));
   }
   return p;

@@ -74,17 +74,20 @@ uint32_t Reader::event_index(CUevent e) {
   return i;
 }
 
-Status Reader::audit(uint64_t value, const std::string& where, bool is_param_word, ReadGraph* acc) {
+Status Reader::audit(uint64_t value, const std::string& where_base, int64_t param_offset, ReadGraph* acc) {
+  bool is_param_word = param_offset >= 0;
   // Small integers and non-canonical values cannot be device pointers: skip them cheaply.
   if (value < (1ull << 32) || value >= (1ull << 48)) return Status::Ok();
   Block b;
   AddressClass c = Region::instance().classify(value, &b);
+  // Built only when needed: SAVE audits millions of words.
+  auto where = [&] { return is_param_word ? where_base + " parameter offset " + std::to_string(param_offset) : where_base; };
   if (c == AddressClass::kLive) {
     acc->refs.push_back(RegionRef{b.offset, b.size, static_cast<uint32_t>(b.kind)});
     return Status::Ok();
   }
   if (c == AddressClass::kInsideNotLive) {
-    return Error(FOUNDRY_ERR_AUDIT, where + " points at " + hex(value) +
+    return Error(FOUNDRY_ERR_AUDIT, where() + " points at " + hex(value) +
                                         ", inside the region but in no live allocation (freed memory): LOAD could not reproduce it");
   }
   const Driver* d = driver_if_open();
@@ -95,7 +98,7 @@ Status Reader::audit(uint64_t value, const std::string& where, bool is_param_wor
   }
   if (mem_type != CU_MEMORYTYPE_DEVICE && mem_type != CU_MEMORYTYPE_UNIFIED) return Status::Ok();
   ++acc->foreign_pointers;
-  std::string msg = where + " points at device memory " + hex(value) +
+  std::string msg = where() + " points at device memory " + hex(value) +
                     " outside the allocation region: LOAD cannot reproduce its address (allocate it after "
                     "set_allocation_region)";
   if (strict_mode() || !is_param_word) return Error(FOUNDRY_ERR_AUDIT, msg);
@@ -103,24 +106,52 @@ Status Reader::audit(uint64_t value, const std::string& where, bool is_param_wor
   return Status::Ok();
 }
 
+Result<const Reader::FunctionInfo*> Reader::function_info(CUfunction func, CUkernel kern) {
+  void* key = func ? static_cast<void*>(func) : static_cast<void*>(kern);
+  auto it = functions_.find(key);
+  if (it != functions_.end()) return static_cast<const FunctionInfo*>(&it->second);
+  const Driver* d = driver_if_open();
+  FunctionInfo info;
+  FOUNDRY_RETURN_IF_ERROR(Registry::instance().lookup(func, kern, &info.image_hash, &info.name));
+  // Parameter layout from the driver, asked until it reports no further parameter.
+  for (size_t i = 0;; ++i) {
+    size_t off = 0, size = 0;
+    CUresult r = func ? d->cuFuncGetParamInfo(func, i, &off, &size) : d->cuKernelGetParamInfo(kern, i, &off, &size);
+    if (r != CUDA_SUCCESS) break;
+    info.slots.push_back(ParamSlot{static_cast<uint32_t>(off), static_cast<uint32_t>(size)});
+  }
+  auto fattr = [&](CUfunction_attribute a, int32_t* out) {
+    int v = 0;
+    CUresult r = func ? d->cuFuncGetAttribute(&v, a, func) : d->cuKernelGetAttribute(&v, a, kern, 0);
+    if (r == CUDA_SUCCESS) *out = v;
+  };
+  FunctionAttrs& f = info.attrs;
+  fattr(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, &f.max_dynamic_shared);
+  fattr(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, &f.preferred_carveout);
+  fattr(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, &f.required_cluster[0]);
+  fattr(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT, &f.required_cluster[1]);
+  fattr(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH, &f.required_cluster[2]);
+  fattr(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, &f.non_portable_cluster);
+  fattr(CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE, &f.cluster_scheduling);
+  auto inserted = functions_.emplace(key, std::move(info));
+  return static_cast<const FunctionInfo*>(&inserted.first->second);
+}
+
 Status Reader::read_kernel(CUgraphNode node, const std::string& where, KernelNode* k, ReadGraph* acc) {
   const Driver* d = driver_if_open();
   CUDA_KERNEL_NODE_PARAMS p{};
   FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphKernelNodeGetParams(node, &p), "cuGraphKernelNodeGetParams"));
-  FOUNDRY_RETURN_IF_ERROR(Registry::instance().lookup(p.func, p.kern, &k->image_hash, &k->name));
+  auto info = function_info(p.func, p.kern);
+  if (!info.ok()) return info.status();
+  k->image_hash = info.value()->image_hash;
+  k->name = info.value()->name;
+  k->slots = info.value()->slots;
+  k->func = info.value()->attrs;
   std::string at = where + " (kernel " + k->name + ")";
   k->grid[0] = p.gridDimX, k->grid[1] = p.gridDimY, k->grid[2] = p.gridDimZ;
   k->block[0] = p.blockDimX, k->block[1] = p.blockDimY, k->block[2] = p.blockDimZ;
   k->shared_mem = p.sharedMemBytes;
 
-  // Parameter layout from the driver; the bytes from kernelParams (one pointer per parameter) or
-  // from an `extra` buffer.
-  for (size_t i = 0;; ++i) {
-    size_t off = 0, size = 0;
-    CUresult r = p.func ? d->cuFuncGetParamInfo(p.func, i, &off, &size) : d->cuKernelGetParamInfo(p.kern, i, &off, &size);
-    if (r != CUDA_SUCCESS) break;
-    k->slots.push_back(ParamSlot{static_cast<uint32_t>(off), static_cast<uint32_t>(size)});
-  }
   size_t total = 0;
   for (const ParamSlot& s : k->slots) total = std::max<size_t>(total, s.offset + s.size);
   k->params.assign(total, 0);
@@ -143,7 +174,7 @@ Status Reader::read_kernel(CUgraphNode node, const std::string& where, KernelNod
     for (uint32_t o = (s.offset + 7) / 8 * 8; o + 8 <= s.offset + s.size; o += 8) {
       uint64_t word;
       std::memcpy(&word, &k->params[o], 8);
-      FOUNDRY_RETURN_IF_ERROR(audit(word, at + " parameter offset " + std::to_string(o), true, acc));
+      FOUNDRY_RETURN_IF_ERROR(audit(word, at, o, acc));
     }
   }
   for (CUlaunchAttributeID id : kNodeAttrs) {
@@ -154,19 +185,6 @@ Status Reader::read_kernel(CUgraphNode node, const std::string& where, KernelNod
     if (std::all_of(bytes, bytes + sizeof(v), [](uint8_t b) { return b == 0; })) continue;
     k->attrs.push_back(LaunchAttr{static_cast<uint32_t>(id), std::vector<uint8_t>(bytes, bytes + sizeof(v))});
   }
-  auto fattr = [&](CUfunction_attribute a, int32_t* out) {
-    int v = 0;
-    CUresult r = p.func ? d->cuFuncGetAttribute(&v, a, p.func)
-                        : d->cuKernelGetAttribute(&v, a, p.kern, 0);
-    if (r == CUDA_SUCCESS) *out = v;
-  };
-  fattr(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, &k->func.max_dynamic_shared);
-  fattr(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, &k->func.preferred_carveout);
-  fattr(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, &k->func.required_cluster[0]);
-  fattr(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT, &k->func.required_cluster[1]);
-  fattr(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH, &k->func.required_cluster[2]);
-  fattr(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, &k->func.non_portable_cluster);
-  fattr(CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE, &k->func.cluster_scheduling);
   k->func.max_dynamic_shared = std::max<int32_t>(k->func.max_dynamic_shared, static_cast<int32_t>(k->shared_mem));
   return Status::Ok();
 }
@@ -196,7 +214,7 @@ Status Reader::read_into(CUgraph graph, const std::string& label, int depth, Gra
         CUDA_MEMSET_NODE_PARAMS p{};
         FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphMemsetNodeGetParams(nodes[i], &p), "cuGraphMemsetNodeGetParams"));
         node.memset = MemsetNode{p.dst, p.pitch, p.value, p.elementSize, p.width, p.height};
-        FOUNDRY_RETURN_IF_ERROR(audit(p.dst, where + " (memset destination)", false, acc));
+        FOUNDRY_RETURN_IF_ERROR(audit(p.dst, where + " (memset destination)", -1, acc));
         break;
       }
       case CU_GRAPH_NODE_TYPE_MEMCPY: {
@@ -213,8 +231,8 @@ Status Reader::read_into(CUgraph graph, const std::string& label, int depth, Gra
         m.src_x = p.srcXInBytes, m.src_y = p.srcY, m.src_z = p.srcZ, m.src_pitch = p.srcPitch, m.src_height = p.srcHeight;
         m.dst_x = p.dstXInBytes, m.dst_y = p.dstY, m.dst_z = p.dstZ, m.dst_pitch = p.dstPitch, m.dst_height = p.dstHeight;
         m.width = p.WidthInBytes, m.height = p.Height, m.depth = p.Depth;
-        FOUNDRY_RETURN_IF_ERROR(audit(p.srcDevice, where + " (memcpy source)", false, acc));
-        FOUNDRY_RETURN_IF_ERROR(audit(p.dstDevice, where + " (memcpy destination)", false, acc));
+        FOUNDRY_RETURN_IF_ERROR(audit(p.srcDevice, where + " (memcpy source)", -1, acc));
+        FOUNDRY_RETURN_IF_ERROR(audit(p.dstDevice, where + " (memcpy destination)", -1, acc));
         break;
       }
       case CU_GRAPH_NODE_TYPE_EVENT_RECORD:

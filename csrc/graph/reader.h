@@ -36,10 +36,21 @@ class Reader {
  private:
   Status read_into(CUgraph graph, const std::string& label, int depth, GraphModel* out, ReadGraph* acc);
   Status read_kernel(CUgraphNode node, const std::string& where, KernelNode* k, ReadGraph* acc);
-  Status audit(uint64_t value, const std::string& where, bool is_param_word, ReadGraph* acc);
+  // param_offset: the word's offset in the kernel's parameters, or -1 for a copy/memset address.
+  Status audit(uint64_t value, const std::string& where, int64_t param_offset, ReadGraph* acc);
   uint32_t event_index(CUevent e);
+  struct FunctionInfo {
+    uint64_t image_hash = 0;
+    std::string name;
+    std::vector<ParamSlot> slots;
+    FunctionAttrs attrs;
+  };
+  // Per function: what the driver says about it does not change during one SAVE, and the same
+  // kernels appear in every graph, so each is asked once.
+  Result<const FunctionInfo*> function_info(CUfunction func, CUkernel kern);
 
   std::map<CUevent, uint32_t> events_;
+  std::map<void*, FunctionInfo> functions_;
 };
 
 }  // namespace foundry

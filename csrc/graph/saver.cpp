@@ -2,7 +2,9 @@
 
 #include <set>
 
+#include "archive/bytes.h"
 #include "graph/payload.h"
+#include "graph/serialize.h"
 #include "graph/topology.h"
 #include "modules/registry.h"
 #include "region/region.h"
@@ -49,9 +51,14 @@ Result<SaveStats> Saver::write(const std::string& payload_path, const std::strin
     m.template_index = t;
     m.delta = make_delta(p.templates[t], graphs_[i].model);
     m.refs = graphs_[i].refs;
-    // A member must come back exactly from template + delta, or the grouping is wrong.
+    // A member must come back exactly from template + encoded delta, or grouping or encoding is wrong.
+    ByteWriter encoded;
+    write_delta(encoded, p.templates[t], m.delta);
+    ByteReader decoder(encoded.bytes().data(), encoded.size());
+    std::vector<NodeDelta> decoded;
     GraphModel rebuilt;
-    Status s = apply_delta(p.templates[t], m.delta, &rebuilt);
+    Status s = read_delta(decoder, p.templates[t], &decoded);
+    if (s.ok()) s = apply_delta(p.templates[t], decoded, &rebuilt);
     if (!s.ok() || !models_equal(rebuilt, graphs_[i].model)) {
       return Error(FOUNDRY_ERR_STATE, "graph " + std::to_string(i) + " (" + names_[i] +
                                           ") cannot be reproduced from its topology template: grouping error");

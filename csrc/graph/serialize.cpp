@@ -1,5 +1,6 @@
 #include "graph/serialize.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -35,13 +36,60 @@ bool get_i32(ByteReader& r, int32_t* out) {
   return true;
 }
 
-void write_kernel(ByteWriter& w, const KernelNode& k) {
+// Bytes stored as the runs where they differ from `base` (bytes past base's end count as zero):
+// u32 size, u32 run count, runs of (u32 offset, u32 length, bytes). Gaps shorter than a run
+// header are folded into the runs.
+void write_runs(ByteWriter& w, const std::vector<uint8_t>& data, const std::vector<uint8_t>* base) {
+  auto base_at = [base](size_t i) -> uint8_t { return base && i < base->size() ? (*base)[i] : 0; };
+  std::vector<std::pair<uint32_t, uint32_t>> runs;
+  size_t i = 0;
+  while (i < data.size()) {
+    if (data[i] == base_at(i)) {
+      ++i;
+      continue;
+    }
+    size_t start = i, last = i;
+    for (; i < data.size(); ++i) {
+      if (data[i] != base_at(i)) last = i;
+      else if (i - last > 8) break;
+    }
+    runs.emplace_back(static_cast<uint32_t>(start), static_cast<uint32_t>(last + 1 - start));
+    i = last + 1;
+  }
+  w.u32(static_cast<uint32_t>(data.size()));
+  w.u32(static_cast<uint32_t>(runs.size()));
+  for (const auto& [off, len] : runs) {
+    w.u32(off);
+    w.u32(len);
+    w.raw(data.data() + off, len);
+  }
+}
+
+Status read_runs(ByteReader& r, const std::vector<uint8_t>* base, size_t max_size, std::vector<uint8_t>* out,
+                 const char* what) {
+  uint32_t size = 0, n = 0;
+  if (!r.u32(&size)) return r.status(what);
+  if (size > max_size) return format_error(std::string(what) + ": " + std::to_string(size) + " bytes, more than " + std::to_string(max_size));
+  if (!r.count32(&n, 8)) return r.status(what);
+  out->assign(size, 0);
+  if (base) std::copy(base->begin(), base->begin() + std::min<size_t>(base->size(), size), out->begin());
+  for (uint32_t k = 0; k < n; ++k) {
+    uint32_t off = 0, len = 0;
+    if (!r.u32(&off) || !r.u32(&len)) return r.status(what);
+    if (static_cast<uint64_t>(off) + len > size) return format_error(std::string(what) + ": a run reaches past the end");
+    if (!r.raw(out->data() + off, len)) return r.status(what);
+  }
+  return Status::Ok();
+}
+
+void write_kernel(ByteWriter& w, const KernelNode& k, NameTable* names) {
   w.u64(k.image_hash);
-  w.string(k.name);
+  if (names) w.u32(names->intern(k.name));
+  else w.string(k.name);
   for (uint32_t v : k.grid) w.u32(v);
   for (uint32_t v : k.block) w.u32(v);
   w.u32(k.shared_mem);
-  w.blob(k.params.data(), k.params.size());
+  write_runs(w, k.params, nullptr);
   w.u32(static_cast<uint32_t>(k.slots.size()));
   for (const ParamSlot& s : k.slots) {
     w.u32(s.offset);
@@ -50,7 +98,7 @@ void write_kernel(ByteWriter& w, const KernelNode& k) {
   w.u32(static_cast<uint32_t>(k.attrs.size()));
   for (const LaunchAttr& a : k.attrs) {
     w.u32(a.id);
-    w.blob(a.value.data(), a.value.size());
+    write_runs(w, a.value, nullptr);
   }
   put_i32(w, k.func.max_dynamic_shared);
   put_i32(w, k.func.preferred_carveout);
@@ -89,23 +137,28 @@ Status read_attrs(ByteReader& r, KernelNode* k) {
   if (!r.count32(&n, kMinAttrBytes)) return r.status("kernel launch attributes");
   k->attrs.resize(n);  // bounded by count32
   for (LaunchAttr& a : k->attrs) {
-    ByteSpan value;
-    if (!r.u32(&a.id) || !r.blob(&value, kMaxLaunchAttrBytes)) return r.status("kernel launch attribute");
-    a.value = value.to_vector();
+    if (!r.u32(&a.id)) return r.status("kernel launch attribute");
+    FOUNDRY_RETURN_IF_ERROR(read_runs(r, nullptr, kMaxLaunchAttrBytes, &a.value, "kernel launch attribute"));
   }
   return Status::Ok();
 }
 
-Status read_kernel(ByteReader& r, KernelNode* k) {
+Status read_kernel(ByteReader& r, KernelNode* k, const std::vector<std::string>* names) {
   r.u64(&k->image_hash);
-  r.string(&k->name, kMaxKernelNameBytes);
+  if (names) {
+    uint32_t index = 0;
+    if (!r.u32(&index)) return r.status("kernel name");
+    if (index >= names->size()) return format_error("kernel name index " + std::to_string(index) + " outside the " + std::to_string(names->size()) + " names");
+    k->name = (*names)[index];
+  } else {
+    r.string(&k->name, kMaxKernelNameBytes);
+  }
   if (!r.ok()) return r.status("kernel name");
   for (uint32_t& v : k->grid) r.u32(&v);
   for (uint32_t& v : k->block) r.u32(&v);
   r.u32(&k->shared_mem);
-  ByteSpan params;
-  if (!r.blob(&params, kMaxKernelParamBytes)) return r.status("kernel parameters");
-  k->params = params.to_vector();
+  if (!r.ok()) return r.status("kernel launch dimensions");
+  FOUNDRY_RETURN_IF_ERROR(read_runs(r, nullptr, kMaxKernelParamBytes, &k->params, "kernel parameters"));
   FOUNDRY_RETURN_IF_ERROR(read_slots(r, k));
   FOUNDRY_RETURN_IF_ERROR(read_attrs(r, k));
   get_i32(r, &k->func.max_dynamic_shared);
@@ -164,14 +217,14 @@ void write_edge(ByteWriter& w, const Edge& e) {
   w.u8(e.type);
 }
 
-Status read_nodes(ByteReader& r, GraphModel* g, int depth) {
+Status read_nodes(ByteReader& r, GraphModel* g, int depth, const std::vector<std::string>* names) {
   uint32_t n = 0;
   if (!r.count32(&n, kMinNodeBytes)) return r.status(("graph node count" + at_depth(depth)).c_str());
   // Not reserved: a Node is far larger than its smallest encoding, so the vector grows only as
   // nodes are actually decoded.
   for (uint32_t i = 0; i < n; ++i) {
     Node node;
-    FOUNDRY_RETURN_IF_ERROR(within("graph node " + std::to_string(i) + at_depth(depth), read_node(r, &node, depth)));
+    FOUNDRY_RETURN_IF_ERROR(within("graph node " + std::to_string(i) + at_depth(depth), read_node(r, &node, depth, names)));
     g->nodes.push_back(std::move(node));
   }
   return Status::Ok();
@@ -197,13 +250,13 @@ Status read_edges(ByteReader& r, GraphModel* g, int depth) {
   return Status::Ok();
 }
 
-Status read_children(ByteReader& r, GraphModel* g, int depth) {
+Status read_children(ByteReader& r, GraphModel* g, int depth, const std::vector<std::string>* names) {
   uint32_t n = 0;
   if (!r.count32(&n, kMinGraphBytes)) return r.status(("child graph count" + at_depth(depth)).c_str());
   g->children.resize(n);  // bounded by count32
   for (uint32_t i = 0; i < n; ++i)
     FOUNDRY_RETURN_IF_ERROR(within("child graph " + std::to_string(i) + at_depth(depth),
-                                   read_graph(r, &g->children[i], depth + 1)));
+                                   read_graph(r, &g->children[i], depth + 1, names)));
   return Status::Ok();
 }
 
@@ -221,11 +274,11 @@ Status check_child_indices(const GraphModel& g, int depth) {
 
 }  // namespace
 
-void write_node(ByteWriter& w, const Node& n) {
+void write_node(ByteWriter& w, const Node& n, NameTable* names) {
   w.u32(static_cast<uint32_t>(n.kind));
   switch (n.kind) {
     case NodeKind::kKernel:
-      write_kernel(w, n.kernel);
+      write_kernel(w, n.kernel, names);
       break;
     case NodeKind::kMemset:
       write_memset(w, n.memset);
@@ -245,7 +298,7 @@ void write_node(ByteWriter& w, const Node& n) {
   }
 }
 
-Status read_node(ByteReader& r, Node* n, int depth) {
+Status read_node(ByteReader& r, Node* n, int depth, const std::vector<std::string>* names) {
   if (depth < 0 || depth > kMaxGraphDepth)
     return format_error("node in a graph nested " + std::to_string(depth) + " levels deep (limit " +
                         std::to_string(kMaxGraphDepth) + ")");
@@ -256,7 +309,7 @@ Status read_node(ByteReader& r, Node* n, int depth) {
   node.kind = static_cast<NodeKind>(kind);
   switch (node.kind) {
     case NodeKind::kKernel:
-      FOUNDRY_RETURN_IF_ERROR(read_kernel(r, &node.kernel));
+      FOUNDRY_RETURN_IF_ERROR(read_kernel(r, &node.kernel, names));
       break;
     case NodeKind::kMemset:
       FOUNDRY_RETURN_IF_ERROR(read_memset(r, &node.memset));
@@ -279,26 +332,135 @@ Status read_node(ByteReader& r, Node* n, int depth) {
   return Status::Ok();
 }
 
-void write_graph(ByteWriter& w, const GraphModel& g) {
+void write_graph(ByteWriter& w, const GraphModel& g, NameTable* names) {
   w.u32(static_cast<uint32_t>(g.nodes.size()));
-  for (const Node& n : g.nodes) write_node(w, n);
+  for (const Node& n : g.nodes) write_node(w, n, names);
   w.u32(static_cast<uint32_t>(g.edges.size()));
   for (const Edge& e : g.edges) write_edge(w, e);
   w.u32(static_cast<uint32_t>(g.children.size()));
-  for (const GraphModel& c : g.children) write_graph(w, c);
+  for (const GraphModel& c : g.children) write_graph(w, c, names);
 }
 
-Status read_graph(ByteReader& r, GraphModel* g, int depth) {
+Status read_graph(ByteReader& r, GraphModel* g, int depth, const std::vector<std::string>* names) {
   // Checked before reading anything, so hostile nesting cannot recurse without bound.
   if (depth < 0 || depth > kMaxGraphDepth)
     return format_error("child graphs nested " + std::to_string(depth) + " levels deep (limit " +
                         std::to_string(kMaxGraphDepth) + ")");
   GraphModel model;
-  FOUNDRY_RETURN_IF_ERROR(read_nodes(r, &model, depth));
+  FOUNDRY_RETURN_IF_ERROR(read_nodes(r, &model, depth, names));
   FOUNDRY_RETURN_IF_ERROR(read_edges(r, &model, depth));
-  FOUNDRY_RETURN_IF_ERROR(read_children(r, &model, depth));
+  FOUNDRY_RETURN_IF_ERROR(read_children(r, &model, depth, names));
   FOUNDRY_RETURN_IF_ERROR(check_child_indices(model, depth));
   *g = std::move(model);
+  return Status::Ok();
+}
+
+uint32_t NameTable::intern(const std::string& name) {
+  auto it = index_.find(name);
+  if (it != index_.end()) return it->second;
+  uint32_t i = static_cast<uint32_t>(names_.size());
+  names_.push_back(name);
+  index_.emplace(name, i);
+  return i;
+}
+
+void write_names(ByteWriter& w, const NameTable& t) {
+  w.u32(static_cast<uint32_t>(t.names().size()));
+  for (const std::string& n : t.names()) w.string(n);
+}
+
+Status read_names(ByteReader& r, std::vector<std::string>* names) {
+  uint32_t n = 0;
+  if (!r.count32(&n, 8)) return r.status("kernel name table");
+  names->resize(n);  // bounded by count32
+  for (std::string& s : *names) {
+    if (!r.string(&s, kMaxKernelNameBytes)) return r.status("kernel name table");
+  }
+  return Status::Ok();
+}
+
+void write_delta(ByteWriter& w, const GraphModel& tmpl, const std::vector<NodeDelta>& d) {
+  w.u32(static_cast<uint32_t>(d.size()));
+  for (const NodeDelta& nd : d) {
+    w.u32(nd.node);
+    const Node& n = nd.value;
+    switch (n.kind) {
+      case NodeKind::kKernel: {
+        const KernelNode& k = n.kernel;
+        for (uint32_t v : k.grid) w.u32(v);
+        for (uint32_t v : k.block) w.u32(v);
+        w.u32(k.shared_mem);
+        put_i32(w, k.func.max_dynamic_shared);
+        put_i32(w, k.func.preferred_carveout);
+        const std::vector<uint8_t>* base = nd.node < tmpl.nodes.size() ? &tmpl.nodes[nd.node].kernel.params : nullptr;
+        write_runs(w, k.params, base);
+        break;
+      }
+      case NodeKind::kMemset:
+        write_memset(w, n.memset);
+        break;
+      case NodeKind::kMemcpy:
+        write_memcpy(w, n.memcpy);
+        break;
+      case NodeKind::kEventRecord:
+      case NodeKind::kEventWait:
+        w.u32(n.event);
+        break;
+      case NodeKind::kEmpty:
+      case NodeKind::kChildGraph:
+        break;  // never in a delta: nothing updatable (child graphs are part of the topology)
+    }
+  }
+}
+
+Status read_delta(ByteReader& r, const GraphModel& tmpl, std::vector<NodeDelta>* d) {
+  uint32_t n = 0;
+  if (!r.count32(&n, 8)) return r.status("graph delta entry count");
+  std::vector<NodeDelta> entries;
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string where = "graph delta entry " + std::to_string(i);
+    uint32_t node = 0;
+    if (!r.u32(&node)) return r.status(where.c_str());
+    if (node >= tmpl.nodes.size()) {
+      return format_error(where + ": node " + std::to_string(node) + " outside the template's " +
+                          std::to_string(tmpl.nodes.size()) + " nodes");
+    }
+    NodeDelta nd{node, tmpl.nodes[node]};
+    Node& v = nd.value;
+    switch (v.kind) {
+      case NodeKind::kKernel: {
+        KernelNode& k = v.kernel;
+        for (uint32_t& x : k.grid) r.u32(&x);
+        for (uint32_t& x : k.block) r.u32(&x);
+        r.u32(&k.shared_mem);
+        get_i32(r, &k.func.max_dynamic_shared);
+        get_i32(r, &k.func.preferred_carveout);
+        if (!r.ok()) return r.status(where.c_str());
+        std::vector<uint8_t> params;
+        FOUNDRY_RETURN_IF_ERROR(within(where, read_runs(r, &tmpl.nodes[node].kernel.params, kMaxKernelParamBytes, &params,
+                                                        "kernel parameters")));
+        k.params = std::move(params);
+        FOUNDRY_RETURN_IF_ERROR(within(where, check_slots(k)));
+        break;
+      }
+      case NodeKind::kMemset:
+        FOUNDRY_RETURN_IF_ERROR(within(where, read_memset(r, &v.memset)));
+        break;
+      case NodeKind::kMemcpy:
+        FOUNDRY_RETURN_IF_ERROR(within(where, read_memcpy(r, &v.memcpy)));
+        break;
+      case NodeKind::kEventRecord:
+      case NodeKind::kEventWait:
+        if (!r.u32(&v.event)) return r.status(where.c_str());
+        break;
+      case NodeKind::kEmpty:
+      case NodeKind::kChildGraph:
+        return format_error(where + ": node " + std::to_string(node) + " is a " + node_kind_name(v.kind) +
+                            " node, which has nothing to update");
+    }
+    entries.push_back(std::move(nd));
+  }
+  *d = std::move(entries);
   return Status::Ok();
 }
 

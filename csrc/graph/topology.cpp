@@ -220,31 +220,6 @@ Status apply_delta(const GraphModel& tmpl, const std::vector<NodeDelta>& d, Grap
   return Status::Ok();
 }
 
-void write_delta(ByteWriter& w, const std::vector<NodeDelta>& d) {
-  w.u32(static_cast<uint32_t>(d.size()));
-  for (const NodeDelta& nd : d) {
-    w.u32(nd.node);
-    write_node(w, nd.value);
-  }
-}
-
-Status read_delta(ByteReader& r, std::vector<NodeDelta>* d) {
-  constexpr size_t kMinEntryBytes = 4 + 4;  // node index + kind
-  uint32_t n = 0;
-  if (!r.count32(&n, kMinEntryBytes)) return r.status("graph delta entry count");
-  std::vector<NodeDelta> entries;
-  // Not reserved: a Node is far larger than its smallest encoding.
-  for (uint32_t i = 0; i < n; ++i) {
-    NodeDelta nd{0, Node{}};
-    if (!r.u32(&nd.node)) return r.status(("graph delta entry " + std::to_string(i)).c_str());
-    Status st = read_node(r, &nd.value, 0);
-    if (!st.ok()) return Error(st.code(), "graph delta entry " + std::to_string(i) + ": " + st.message());
-    entries.push_back(std::move(nd));
-  }
-  *d = std::move(entries);
-  return Status::Ok();
-}
-
 Grouping group_graphs(const std::vector<const GraphModel*>& graphs) {
   Grouping g;
   g.template_of.reserve(graphs.size());

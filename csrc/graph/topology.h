@@ -39,9 +39,7 @@ std::vector<NodeDelta> make_delta(const GraphModel& tmpl, const GraphModel& memb
 // outside tmpl's children.
 Status apply_delta(const GraphModel& tmpl, const std::vector<NodeDelta>& d, GraphModel* out);
 
-// Encoding: u32 count, then per entry u32 node index and the node (write_node).
-void write_delta(ByteWriter& w, const std::vector<NodeDelta>& d);
-Status read_delta(ByteReader& r, std::vector<NodeDelta>* d);
+// The delta encoding lives in serialize.h (write_delta / read_delta, relative to the template).
 
 struct Grouping {
   std::vector<uint32_t> template_of;  // per graph: index of its group's template graph

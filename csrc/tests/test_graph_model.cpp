@@ -437,11 +437,11 @@ TEST_CASE("delta encoding round trips and refuses truncation") {
   member.nodes[2].memcpy.dst += 128;
   std::vector<NodeDelta> d = make_delta(tmpl, member);
   ByteWriter w;
-  write_delta(w, d);
+  write_delta(w, tmpl, d);
   std::vector<uint8_t> bytes = w.take();
   ByteReader r(bytes.data(), bytes.size());
   std::vector<NodeDelta> back;
-  CHECK(read_delta(r, &back).ok());
+  CHECK(read_delta(r, tmpl, &back).ok());
   CHECK(r.at_end());
   GraphModel rebuilt;
   CHECK(apply_delta(tmpl, back, &rebuilt).ok());
@@ -451,7 +451,7 @@ TEST_CASE("delta encoding round trips and refuses truncation") {
   for (size_t len = 0; len < bytes.size(); ++len) {
     ByteReader pr(bytes.data(), len);
     std::vector<NodeDelta> out;
-    if (read_delta(pr, &out).ok()) ++accepted;
+    if (read_delta(pr, tmpl, &out).ok()) ++accepted;
   }
   CHECK_EQ(accepted, 0);
 
@@ -461,8 +461,46 @@ TEST_CASE("delta encoding round trips and refuses truncation") {
     bad[rng.below(bad.size())] ^= static_cast<uint8_t>(1 + rng.below(255));
     ByteReader br(bad.data(), bad.size());
     std::vector<NodeDelta> out;
-    if (read_delta(br, &out).ok()) (void)apply_delta(tmpl, out, &rebuilt);
+    if (read_delta(br, tmpl, &out).ok()) (void)apply_delta(tmpl, out, &rebuilt);
   }
+}
+
+TEST_CASE("deltas store only changed parameter bytes; name tables dedupe kernel names") {
+  GraphModel tmpl = small_model();
+  GraphModel member = tmpl;
+  member.nodes[0].kernel.grid[0] += 7;
+  if (member.nodes[0].kernel.params.size() >= 16) member.nodes[0].kernel.params[8] ^= 0xff;
+  std::vector<NodeDelta> d = make_delta(tmpl, member);
+  ByteWriter w;
+  write_delta(w, tmpl, d);
+  // entry count + node index + 7 launch words + 2 function words + params size + one run.
+  CHECK(w.size() <= 4 + 4 + 7 * 4 + 2 * 4 + 8 + 8 + 16);
+  ByteReader r(w.bytes().data(), w.size());
+  std::vector<NodeDelta> back;
+  CHECK(read_delta(r, tmpl, &back).ok());
+  GraphModel rebuilt;
+  CHECK(apply_delta(tmpl, back, &rebuilt).ok());
+  CHECK(models_equal(rebuilt, member));
+
+  NameTable names;
+  ByteWriter g1, g2;
+  write_graph(g1, tmpl, &names);
+  write_graph(g2, tmpl, &names);
+  ByteWriter plain;
+  write_graph(plain, tmpl);
+  CHECK(g1.size() <= plain.size());
+  ByteWriter nt;
+  write_names(nt, names);
+  ByteReader nr(nt.bytes().data(), nt.size());
+  std::vector<std::string> table;
+  CHECK(read_names(nr, &table).ok());
+  ByteReader gr(g2.bytes().data(), g2.size());
+  GraphModel out;
+  CHECK(read_graph(gr, &out, 0, &table).ok());
+  CHECK(models_equal(out, tmpl));
+  std::vector<std::string> short_table;
+  ByteReader gr2(g2.bytes().data(), g2.size());
+  CHECK(!read_graph(gr2, &out, 0, &short_table).ok());  // name index outside the table
 }
 
 TEST_CASE("non-updatable differences change the topology") {
