@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from foundry_core import _native, images
-from foundry_core.errors import FoundryError, InvalidArgumentError, StateError
+from foundry_core.errors import DivergenceError, FormatError, FoundryError, InvalidArgumentError, StateError
 from foundry_core.fingerprint import check_fingerprint, current_fingerprint
 from foundry_core.manifest import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, read_manifest, write_manifest
-from foundry_core.region import allocation_log, region_info
+from foundry_core.region import LogEntry, allocation_log, compare_placements, region_info
 from foundry_core.tensors import describe_outputs, rebuild_outputs
 
 logger = logging.getLogger("foundry")
@@ -331,6 +331,36 @@ class GraphArchive(Sequence):
             self.close()
 
 
+def _read_saved_log(path: Path) -> list[LogEntry]:
+    with open(path) as f:
+        rows = json.load(f)
+    if not isinstance(rows, list):
+        raise FormatError(f"{path}: not an allocation log")
+    try:
+        return [LogEntry(int(r[0]), str(r[1]), int(r[2]), int(r[3]), str(r[4])) for r in rows]
+    except (TypeError, ValueError, IndexError):
+        raise FormatError(f"{path}: malformed allocation log entry") from None
+
+
+def check_allocations(directory: Path, manifest: dict) -> None:
+    """Compares this process's region placements so far with SAVE's log, before any graph exists.
+
+    A buffer placed elsewhere than at SAVE (an input allocated in another order, say) would make a
+    restored graph read the wrong memory; this names the first such allocation. In strict mode
+    (FOUNDRY_STRICT=1) it raises DivergenceError; otherwise it logs a warning.
+    """
+    log_path = directory / manifest.get("log", LOG_NAME)
+    if not log_path.is_file():
+        return
+    divergence = compare_placements(_read_saved_log(log_path), allocation_log())
+    if divergence is None:
+        return
+    message = f"{divergence}: the buffers of this process are not where SAVE put them"
+    if _native.lib().foundry_get_strict():
+        raise DivergenceError(message)
+    logger.warning("%s; restored graphs may read the wrong memory", message)
+
+
 def _resolve_manifest(path: Path) -> Path:
     if path.is_dir():
         return path / MANIFEST_NAME
@@ -366,6 +396,8 @@ def load_graphs(path: str | os.PathLike, mode: str = "eager", threads: int = 4,
     torch.cuda.empty_cache()
     manifest_path, manifest = open_archive(path, fingerprint=fingerprint)
     directory = manifest_path.parent
+    if manifest["region"]["size"]:
+        check_allocations(directory, manifest)
     times = LoadTimes()
     start = time.perf_counter()
     images.load_cuda_modules_and_libraries(directory)

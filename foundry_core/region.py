@@ -200,6 +200,24 @@ def compare_logs(expected: list[LogEntry], actual: list[LogEntry]) -> Divergence
     return None
 
 
+# The events that place memory: frees differ harmlessly between SAVE and LOAD (LOAD skips the
+# warmup whose memory capture released), but every placement LOAD makes must be where SAVE made it.
+PLACEMENT_KINDS = frozenset({"alloc", "reserve", "outside", "seal"})
+
+
+def compare_placements(saved: list[LogEntry], current: list[LogEntry]) -> Divergence | None:
+    """The first placement (allocation, reservation, seal) of ``current`` that differs from the
+    placement at the same position in ``saved``; None when ``current``'s placements are a prefix of
+    ``saved``'s. A LOAD process places its buffers (weights, inputs, caches) as SAVE did, then stops."""
+    exp = [e for e in saved if e.kind in PLACEMENT_KINDS]
+    act = [e for e in current if e.kind in PLACEMENT_KINDS]
+    for i, a in enumerate(act):
+        e = exp[i] if i < len(exp) else None
+        if e is None or not e.same_event(a):
+            return Divergence(a.seq, e, a)
+    return None
+
+
 def expect_allocation_log(entries: list[LogEntry]) -> None:
     """Compares every region event from now on against ``entries`` (by sequence number).
 

@@ -1,0 +1,44 @@
+"""Allocation-log comparison (pure Python; the logs themselves come from the region)."""
+
+from __future__ import annotations
+
+from foundry_core.region import LogEntry, compare_logs, compare_placements
+
+SAVED = [
+    LogEntry(0, "alloc", 0x000000, 2 << 20, "weights"),
+    LogEntry(1, "alloc", 0x200000, 20 << 20, "inputs"),
+    LogEntry(2, "alloc", 0x1600000, 2 << 20, "warmup"),
+    LogEntry(3, "free", 0x1600000, 2 << 20, "capture"),
+    LogEntry(4, "alloc", 0x1600000, 4 << 20, "graph pool"),
+]
+
+
+def test_a_load_that_places_a_prefix_agrees():
+    current = [SAVED[0], LogEntry(1, "alloc", 0x200000, 20 << 20), LogEntry(2, "free", 0x200000, 20 << 20)]
+    # Frees differ harmlessly (LOAD skips the warmup); only placements are compared.
+    assert compare_placements(SAVED, current) is None
+
+
+def test_a_buffer_placed_elsewhere_is_named_by_sequence_number():
+    current = [SAVED[0], LogEntry(1, "alloc", 0x200000, 22 << 20, "inputs")]
+    d = compare_placements(SAVED, current)
+    assert d is not None and d.seq == 1
+    assert d.expected.size == 20 << 20 and d.actual.size == 22 << 20
+    assert "diverged at seq 1" in str(d) and "inputs" in str(d)
+
+
+def test_more_placements_than_saved_is_a_divergence():
+    placed = [e for e in SAVED if e.kind == "alloc"]
+    current = [LogEntry(i, e.kind, e.offset, e.size) for i, e in enumerate(placed)]
+    current.append(LogEntry(len(current), "alloc", 0x1a00000, 2 << 20))
+    d = compare_placements(SAVED, current)
+    assert d is not None and d.expected is None and d.actual.seq == len(placed)
+    assert "expected nothing" in str(d)
+
+
+def test_compare_logs_reports_the_first_difference_of_any_event():
+    other = list(SAVED)
+    other[3] = LogEntry(3, "free", 0x200000, 20 << 20)
+    d = compare_logs(SAVED, other)
+    assert d is not None and d.seq == 3
+    assert compare_logs(SAVED, SAVED[:3]) is None
