@@ -27,6 +27,7 @@ from typing import Any
 from foundry_core import _native
 from foundry_core.errors import NotFoundError
 from foundry_core.manifest import MANIFEST_NAME, read_manifest
+from foundry_core.sizes import format_size
 
 logger = logging.getLogger("foundry")
 
@@ -358,12 +359,7 @@ def graph_lines(graph: dict, indent: str = "") -> list[str]:
 def human_size(n: int | None) -> str:
     if n is None:
         return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{n} B" if unit == "B" else f"{size:.1f} {unit} ({n} B)"
-        size /= 1024
-    return f"{n} B"
+    return f"{n} B" if n < 1024 else f"{format_size(n)} ({n} B)"
 
 
 def render_summary(summary: dict, console: Any) -> None:

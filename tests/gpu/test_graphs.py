@@ -66,3 +66,18 @@ def test_64_batch_sizes_share_templates_and_restore_identically(batches, mode, p
     assert saved["groups"] < saved["graphs"]
     assert loaded["groups"] == saved["groups"]
     assert loaded["digests"] == saved["digests"]
+
+
+def test_child_graph_nodes_restore(program, tmp_path):
+    env = dict(os.environ, FOUNDRY_TEST_TMP=str(tmp_path))
+    assert program("graph_probe", "child", "save", str(tmp_path), env=env)["saved"]
+    r = program("graph_probe", "child", "load", str(tmp_path), env=env)
+    assert r["same_memory"] and r["max_error"] < 1e-5, r
+
+
+def test_single_graph_saves_regroup_and_restore_through_start_graph_builds(program, tmp_path):
+    saved = program("graph_probe", "many", "save", str(tmp_path))
+    loaded = program("graph_probe", "many", "load", str(tmp_path))
+    assert saved["groups"] < 8
+    assert loaded["first_is_bs64"]
+    assert loaded["digests"] == saved["digests"]

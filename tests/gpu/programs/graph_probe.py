@@ -47,6 +47,8 @@ def pdl_library():
     lib = ctypes.CDLL(str(so))
     lib.launch_pair.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int]
     lib.make_host_graph.restype = ctypes.c_void_p
+    lib.make_child_graph.restype = ctypes.c_void_p
+    lib.make_child_graph.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int]
     return lib
 
 
@@ -191,6 +193,78 @@ def host_node(directory: str) -> dict:
     return {"error": None}
 
 
+def child_graph(mode: str, directory: str) -> dict:
+    """A raw CUgraph with a child-graph node, built by the driver API, saved and restored."""
+    torch.cuda.init()
+    if mode == "load":
+        fdry.load_cuda_modules_and_libraries(directory)
+    fdry.set_allocation_region(REGION_BASE, REGION_SIZE)
+    torch.manual_seed(0)
+    x = torch.randn(1 << 16, device="cuda")
+    mid, out = torch.empty_like(x), torch.empty_like(x)
+    if mode == "save":
+        handle = pdl_library().make_child_graph(x.data_ptr(), mid.data_ptr(), out.data_ptr(), x.numel())
+        assert handle, "building the child graph failed"
+        fdry.save_graphs(Path(directory) / "child", {"child": (int(handle), out)})
+        return {"saved": True}
+    archive = fdry.load_graphs(Path(directory) / "child")
+    _fresh([x])
+    archive[0].replay()
+    torch.cuda.synchronize()
+    expected = (x * 3 + 1) * 0.5 - 2
+    restored = archive.outputs(0)
+    return {"max_error": float((restored - expected).abs().max()), "same_memory": restored.data_ptr() == out.data_ptr()}
+
+
+def many(mode: str, directory: str) -> dict:
+    """The single-graph flow for several graphs: save each, regroup with save_graph_manifest, and
+    restore with start_graph_builds / finish_one_graph_load / finish_graph_loads."""
+    torch.cuda.init()
+    if mode == "load":
+        fdry.load_cuda_modules_and_libraries(directory)
+    fdry.set_allocation_region(REGION_BASE, REGION_SIZE)
+    torch.manual_seed(0)
+    w = torch.randn(1024, 1024, device="cuda")
+    x = torch.randn(64, 1024, device="cuda")
+    sizes = [64, 48, 32, 16, 8, 4, 2, 1]
+    paths = [Path(directory) / f"graph_{b}.json" for b in sizes]
+    if mode == "save":
+        def step(b):
+            return torch.relu(x[:b] @ w).sum(dim=-1)
+        for b in sizes:
+            step(b)
+        torch.cuda.synchronize()
+        pool = torch.cuda.graph_pool_handle()
+        graphs, outs = [], []
+        for b, path in zip(sizes, paths):
+            g = fdry.CUDAGraph()
+            with fdry.graph(g, pool=pool):
+                o = step(b)
+            g.save(path, output_tensors=o)
+            graphs.append(g)
+            outs.append(o)
+        merged = fdry.save_graph_manifest(directory)
+        _fresh([x])
+        for g in graphs:
+            g.replay()
+        torch.cuda.synchronize()
+        return {"digests": [_digest(o) for o in outs], "groups": read_groups(merged)}
+    pending = fdry.CUDAGraph.start_graph_builds(paths, num_threads=4)
+    first, _ = fdry.CUDAGraph.finish_one_graph_load(pending, 0)
+    restored = fdry.CUDAGraph.finish_graph_loads(pending)
+    _fresh([x])
+    for g, _ in restored:
+        g.replay()
+    torch.cuda.synchronize()
+    return {"digests": [_digest(o) for _, o in restored], "first_is_bs64": first.name == "graph_64"}
+
+
+def read_groups(path) -> int:
+    import json
+
+    return json.loads(Path(path).read_text())["groups"]
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "save":
@@ -199,3 +273,7 @@ if __name__ == "__main__":
         emit(load(sys.argv[2], sys.argv[3]))
     elif mode == "host":
         emit(host_node(sys.argv[2]))
+    elif mode == "child":
+        emit(child_graph(sys.argv[2], sys.argv[3]))
+    elif mode == "many":
+        emit(many(sys.argv[2], sys.argv[3]))

@@ -41,3 +41,29 @@ extern "C" void* make_host_graph(void) {
   if (cudaGraphAddHostNode(&node, g, nullptr, 0, &p) != cudaSuccess) return nullptr;
   return (void*)g;
 }
+
+__global__ void axpb(const float* in, float* out, float a, float b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] * a + b;
+}
+
+// A graph whose only work sits in a child graph: out = (in * 3 + 1) * 0.5 - 2, in two kernels.
+extern "C" void* make_child_graph(const float* in, float* mid, float* out, int n) {
+  cudaGraph_t child = nullptr, parent = nullptr;
+  if (cudaGraphCreate(&child, 0) != cudaSuccess || cudaGraphCreate(&parent, 0) != cudaSuccess) return nullptr;
+  cudaKernelNodeParams p = {};
+  float a1 = 3.0f, b1 = 1.0f, a2 = 0.5f, b2 = -2.0f;
+  void* args1[] = {(void*)&in, (void*)&mid, &a1, &b1, &n};
+  void* args2[] = {(void*)&mid, (void*)&out, &a2, &b2, &n};
+  p.func = (void*)axpb;
+  p.gridDim = dim3((n + 255) / 256);
+  p.blockDim = dim3(256);
+  p.kernelParams = args1;
+  cudaGraphNode_t k1, k2, c;
+  if (cudaGraphAddKernelNode(&k1, child, nullptr, 0, &p) != cudaSuccess) return nullptr;
+  p.kernelParams = args2;
+  if (cudaGraphAddKernelNode(&k2, child, &k1, 1, &p) != cudaSuccess) return nullptr;
+  if (cudaGraphAddChildGraphNode(&c, parent, nullptr, 0, child) != cudaSuccess) return nullptr;
+  cudaGraphDestroy(child);
+  return (void*)parent;
+}
