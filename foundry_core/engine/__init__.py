@@ -1,0 +1,71 @@
+"""Engine-agnostic runtime shared by Foundry's engine plugins (vLLM, SGLang, TensorRT-LLM).
+
+A plugin registers an engine adapter (hooks in :mod:`foundry_core.engine.hookspecs`), prepares
+the environment of the engine's processes (:func:`prepare_child_environment`) and drives one
+:class:`EngineSession` per rank at the engine's seams. See docs/engine-runtime.md.
+"""
+
+from __future__ import annotations
+
+from foundry_core.engine.environment import (
+    REQUIRED_SETTINGS,
+    ensure_preloaded_or_reexec,
+    preload_active,
+    prepare_child_environment,
+)
+from foundry_core.engine.fingerprint import (
+    ParallelConfig,
+    canonical_json,
+    config_hash,
+    describe_mismatch,
+    engine_fields,
+    engine_fingerprint,
+    explain_mismatch,
+)
+from foundry_core.engine.hookspecs import REQUIRED_HOOKS, hookimpl, hookspec
+from foundry_core.engine.layout import (
+    ENGINE_INFO_NAME,
+    Topology,
+    check_topology,
+    rank_dir,
+    read_topology,
+    write_topology,
+)
+from foundry_core.engine.mode import (
+    Mode,
+    Settings,
+    check_complete,
+    is_complete,
+    parse_mode,
+    resolve_mode,
+    resolve_settings,
+)
+from foundry_core.engine.plugin_manager import ENTRY_POINT_GROUP, FoundryPluginManager, get_plugin_manager
+from foundry_core.engine.session import (
+    DEFAULT_REGION_SIZE,
+    DEFAULT_SCRATCH_SIZE,
+    EngineSession,
+    NativeRegionRuntime,
+    RegionRuntime,
+    fallback_enabled,
+)
+from foundry_core.engine.state import STATE_NAME, EngineState, read_state, write_state
+
+__all__ = [
+    # mode
+    "Mode", "Settings", "parse_mode", "resolve_mode", "resolve_settings", "check_complete", "is_complete",
+    # layout
+    "ENGINE_INFO_NAME", "Topology", "rank_dir", "read_topology", "write_topology", "check_topology",
+    # fingerprint
+    "ParallelConfig", "engine_fingerprint", "engine_fields", "config_hash", "canonical_json", "explain_mismatch",
+    "describe_mismatch",
+    # state
+    "STATE_NAME", "EngineState", "read_state", "write_state",
+    # hooks
+    "hookimpl", "hookspec", "REQUIRED_HOOKS", "FoundryPluginManager", "get_plugin_manager", "ENTRY_POINT_GROUP",
+    # session
+    "EngineSession", "RegionRuntime", "NativeRegionRuntime", "fallback_enabled", "DEFAULT_REGION_SIZE",
+    "DEFAULT_SCRATCH_SIZE",
+    # environment
+    "prepare_child_environment", "preload_active", "ensure_preloaded_or_reexec", "REQUIRED_SETTINGS",
+]
