@@ -38,8 +38,15 @@ def current_fingerprint(extra: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], fields: tuple[str, ...] | None = None) -> None:
-    """Raises MismatchError naming the first field whose saved and current values differ."""
-    for field in fields or tuple(saved):
+    """Raises MismatchError naming the first field whose saved and current values differ.
+
+    Every environment field is required: an archive whose fingerprint lacks one (edited, or
+    written by something else) matches no machine."""
+    if fields is None:
+        for field in COMPARED_FIELDS:
+            if field not in saved:
+                raise MismatchError(f"archive fingerprint lacks {field!r}: it cannot be checked against this machine")
+    for field in fields or tuple(dict.fromkeys((*COMPARED_FIELDS, *saved))):
         if saved.get(field) != current.get(field):
             raise MismatchError(f"archive fingerprint mismatch on {field!r}: saved {saved.get(field)!r}, "
                                 f"this machine {current.get(field)!r}")

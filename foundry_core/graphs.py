@@ -30,9 +30,24 @@ from pathlib import Path
 from typing import Any
 
 from foundry_core import _native, images
-from foundry_core.errors import DivergenceError, FormatError, FoundryError, InvalidArgumentError, StateError
+from foundry_core.errors import (
+    ArchiveIOError,
+    DivergenceError,
+    FormatError,
+    FoundryError,
+    InvalidArgumentError,
+    StateError,
+)
 from foundry_core.fingerprint import check_fingerprint, current_fingerprint
-from foundry_core.manifest import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, read_manifest, write_manifest
+from foundry_core.manifest import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    parse_json,
+    read_archive_file,
+    read_manifest,
+    write_manifest,
+)
 from foundry_core.region import LogEntry, allocation_log, compare_placements, region_info
 from foundry_core.tensors import describe_outputs, rebuild_outputs
 
@@ -189,8 +204,16 @@ def _publish(staging: Path, final: Path) -> None:
         if not final.is_dir() or final.is_symlink():
             raise StateError(f"{final} exists and is not an archive directory; refusing to replace it")
         old = final.parent / f".{final.name}.old.{os.getpid()}"
-        os.rename(final, old)
-    os.rename(staging, final)
+        try:
+            os.rename(final, old)
+        except FileNotFoundError:
+            old = None  # another writer moved it aside first
+    try:
+        os.rename(staging, final)
+    except OSError as exc:
+        # Another SAVE published into the same place between our renames: its archive stands.
+        raise ArchiveIOError(f"{final}: another SAVE published an archive here concurrently; this one was "
+                             f"discarded ({exc.strerror})") from None
     _fsync_dir(final.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
@@ -273,6 +296,25 @@ class LoadTimes:
     extra: dict = field(default_factory=dict)
 
 
+def payload_graph_names(handle: ctypes.c_void_p, count: int) -> list[str]:
+    buf = ctypes.create_string_buffer(4096)
+    names = []
+    for i in range(count):
+        _native.call("foundry_graphset_name", handle, i, buf, len(buf))
+        names.append(buf.value.decode(errors="replace"))
+    return names
+
+
+def check_graph_names(manifest_path: Path, listed: list[str], stored: list[str]) -> None:
+    """The manifest and the payload must list the same graphs in the same order: the manifest's
+    names and outputs are attached to the payload's graphs by position."""
+    if len(listed) != len(stored):
+        raise FormatError(f"{manifest_path}: the manifest lists {len(listed)} graphs, the payload holds {len(stored)}")
+    for i, (a, b) in enumerate(zip(listed, stored)):
+        if a != b:
+            raise FormatError(f"{manifest_path}: graph {i} is {a!r} in the manifest but {b!r} in the payload")
+
+
 class GraphArchive(Sequence):
     """The graphs of one archive, restored. Index it (or :meth:`get` by name) for RestoredGraph."""
 
@@ -288,8 +330,7 @@ class GraphArchive(Sequence):
         times.outputs_s = time.perf_counter() - start
         count, groups = ctypes.c_uint64(), ctypes.c_uint64()
         _native.call("foundry_graphset_info", handle, ctypes.byref(count), ctypes.byref(groups), None)
-        if count.value != len(self._graphs):
-            raise FoundryError(f"{manifest_path}: the manifest lists {len(self._graphs)} graphs, the payload {count.value}")
+        check_graph_names(manifest_path, [g.name for g in self._graphs], payload_graph_names(handle, count.value))
         self.groups = groups.value
 
     def __len__(self) -> int:
@@ -331,9 +372,11 @@ class GraphArchive(Sequence):
             self.close()
 
 
+MAX_LOG_BYTES = 1 << 30
+
+
 def _read_saved_log(path: Path) -> list[LogEntry]:
-    with open(path) as f:
-        rows = json.load(f)
+    rows = parse_json(read_archive_file(path, "allocation log", MAX_LOG_BYTES), str(path), "allocation log")
     if not isinstance(rows, list):
         raise FormatError(f"{path}: not an allocation log")
     try:
@@ -350,8 +393,6 @@ def check_allocations(directory: Path, manifest: dict) -> None:
     (FOUNDRY_STRICT=1) it raises DivergenceError; otherwise it logs a warning.
     """
     log_path = directory / manifest.get("log", LOG_NAME)
-    if not log_path.is_file():
-        return
     divergence = compare_placements(_read_saved_log(log_path), allocation_log())
     if divergence is None:
         return

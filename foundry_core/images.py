@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 
 from foundry_core import _native
+from foundry_core.errors import FormatError
 
 logger = logging.getLogger("foundry")
 
@@ -87,6 +88,9 @@ def load_cuda_modules_and_libraries(directory: str | os.PathLike) -> int:
     the application (or the CUDA runtime) then returns the archived handle, so graphs and
     application share one copy of each module. Loading the same directory twice is harmless.
     """
+    images_dir = os.path.join(os.fspath(directory), "images")
+    if os.path.islink(images_dir):
+        raise FormatError(f"{images_dir} is a symbolic link; an archive's images must be plain files inside it")
     start = time.perf_counter()
     loaded = ctypes.c_uint64()
     _native.call("foundry_images_load", os.fsencode(directory), ctypes.byref(loaded))

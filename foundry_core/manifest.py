@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,10 @@ def _check_name(name: str, where: str) -> str:
     return name
 
 
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def _check_tensor(t: Any, where: str) -> None:
     _require(t, "ptr", int, where)
     shape = _require(t, "shape", list, where)
@@ -42,7 +47,7 @@ def _check_tensor(t: Any, where: str) -> None:
     dtype = _require(t, "dtype", str, where)
     if dtype not in DTYPES:
         raise FormatError(f"{where}: unknown dtype {dtype!r}")
-    if len(shape) != len(stride) or not all(isinstance(x, int) and x >= 0 for x in shape + [abs(s) for s in stride]):
+    if len(shape) != len(stride) or not all(_is_int(x) for x in shape + stride) or any(x < 0 for x in shape):
         raise FormatError(f"{where}: shape {shape} and stride {stride} do not describe a tensor")
 
 
@@ -58,6 +63,8 @@ def validate(manifest: Any, source: str = MANIFEST_NAME) -> dict:
         raise VersionError(f"{source}: archive format version {version}, this Foundry reads {FORMAT_VERSION}")
     _require(manifest, "fingerprint", dict, source)
     _check_name(_require(manifest, "payload", str, source), source)
+    if "log" in manifest:
+        _check_name(_require(manifest, "log", str, source), source)
     region = _require(manifest, "region", dict, source)
     for key in ("base", "size", "high_water"):
         _require(region, key, int, f"{source} region")
@@ -69,27 +76,46 @@ def validate(manifest: Any, source: str = MANIFEST_NAME) -> dict:
         kind = _require(outputs, "kind", str, where)
         if kind not in ("none", "tensor", "list", "tuple"):
             raise FormatError(f"{where}: unknown output kind {kind!r}")
-        for t in _require(outputs, "tensors", list, where):
+        tensors = _require(outputs, "tensors", list, where)
+        expected = {"none": 0, "tensor": 1}.get(kind)
+        if expected is not None and len(tensors) != expected:
+            raise FormatError(f"{where}: outputs of kind {kind!r} must hold {expected} tensor(s), not {len(tensors)}")
+        for t in tensors:
             _check_tensor(t, where + " output")
     return manifest
 
 
-def read_manifest(path: str | os.PathLike) -> dict:
-    """Reads and validates a manifest file (refusing symlinks and oversized files)."""
+def read_archive_file(path: str | os.PathLike, what: str, max_bytes: int) -> bytes:
+    """The bytes of a plain file of an archive: symlinks, directories, FIFOs and oversized files
+    are refused (a FIFO would block the reader forever)."""
     p = Path(path)
-    if p.is_symlink():
-        raise FormatError(f"{p}: the manifest is a symbolic link; archives must be plain files")
     try:
-        size = p.stat().st_size
+        st = os.lstat(p)
     except FileNotFoundError:
-        raise ArchiveIOError(f"{p}: no such manifest (is this a Foundry archive?)") from None
-    if size > MAX_MANIFEST_BYTES:
-        raise FormatError(f"{p}: manifest of {size} bytes is larger than the {MAX_MANIFEST_BYTES} allowed")
+        raise ArchiveIOError(f"{p}: no such {what} (is this a complete Foundry archive?)") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise FormatError(f"{p}: the {what} is a symbolic link; archives must be plain files")
+    if not stat.S_ISREG(st.st_mode):
+        raise ArchiveIOError(f"{p}: the {what} is not a regular file")
+    if st.st_size > max_bytes:
+        raise FormatError(f"{p}: {what} of {st.st_size} bytes is larger than the {max_bytes} allowed")
+    fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        return f.read(max_bytes + 1)
+
+
+def parse_json(data: bytes, source: str, what: str) -> Any:
+    """JSON from archive bytes; anything unreadable is a FormatError naming the file."""
     try:
-        data = json.loads(p.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"{p}: manifest is not valid JSON ({exc})") from None
-    return validate(data, str(p))
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        raise FormatError(f"{source}: {what} is not valid JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+
+def read_manifest(path: str | os.PathLike) -> dict:
+    """Reads and validates a manifest file (refusing symlinks, non-regular and oversized files)."""
+    data = read_archive_file(path, "manifest", MAX_MANIFEST_BYTES)
+    return validate(parse_json(data, str(path), "manifest"), str(path))
 
 
 def write_manifest(path: str | os.PathLike, manifest: dict) -> None:

@@ -92,6 +92,17 @@ def _unexpected_files(directory: Path, expected: set[str]) -> list[str]:
     return problems
 
 
+def _log_problems(path: Path) -> list[str]:
+    """LOAD compares placements with the log: one it cannot read would stop it."""
+    from foundry_core.graphs import _read_saved_log
+
+    try:
+        _read_saved_log(path)
+    except FoundryError as exc:
+        return [str(exc)]
+    return []
+
+
 def _layout_checks(directory: Path, manifest: dict | None) -> list[Check]:
     # Without a readable manifest, the names SAVE writes are assumed.
     names = [manifest["payload"], *([manifest["log"]] if "log" in manifest else [])] if manifest else [
@@ -102,6 +113,9 @@ def _layout_checks(directory: Path, manifest: dict | None) -> list[Check]:
     expected = {MANIFEST_NAME, IMAGES_DIR, *(n for n in names if isinstance(n, str))}
     problems = _unexpected_files(directory, expected)
     problems += [f"missing {n}" for n in names if isinstance(n, str) and not (directory / n).exists()]
+    log_name = names[1] if len(names) > 1 else None
+    if isinstance(log_name, str) and not escaping and (directory / log_name).exists():
+        problems += _log_problems(directory / log_name)
     if not (directory / IMAGES_DIR).is_dir():
         problems.append(f"missing {IMAGES_DIR}/")
     checks.append(_result("files", problems, "only the manifest, payload, log and images"))

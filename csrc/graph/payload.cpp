@@ -71,7 +71,8 @@ Result<Payload> read_payload(const std::string& path) {
   auto nr = c.value().reader(kSectionNames);
   if (!nr.ok()) return Error(FOUNDRY_ERR_FORMAT, path + ": no kernel name table");
   std::vector<std::string> names;
-  FOUNDRY_RETURN_IF_ERROR(read_names(nr.value(), &names));
+  Status names_status = read_names(nr.value(), &names);
+  if (!names_status.ok()) return Error(names_status.code(), path + ": " + names_status.message());
   auto templates = c.value().find_all(kSectionTemplate);
   auto members = c.value().find_all(kSectionMember);
   if (templates.size() != n_templates || members.size() != n_members || n_members > kMaxGraphs) {
@@ -90,7 +91,8 @@ Result<Payload> read_payload(const std::string& path) {
     PayloadMember m;
     r.string(&m.name, kMaxName);
     r.u32(&m.template_index);
-    FOUNDRY_RETURN_IF_ERROR(r.status("graph entry"));
+    Status entry = r.status("graph entry");
+    if (!entry.ok()) return Error(entry.code(), path + ": graph " + std::to_string(i) + ": " + entry.message());
     if (m.template_index >= p.templates.size()) {
       return Error(FOUNDRY_ERR_FORMAT, path + ": graph " + std::to_string(i) + " names template " +
                                            std::to_string(m.template_index) + " of " + std::to_string(p.templates.size()));
@@ -104,7 +106,8 @@ Result<Payload> read_payload(const std::string& path) {
       r.u64(&ref.offset), r.u64(&ref.size), r.u32(&ref.kind);
       m.refs.push_back(ref);
     }
-    FOUNDRY_RETURN_IF_ERROR(r.status("graph entry region references"));
+    Status refs = r.status("graph entry region references");
+    if (!refs.ok()) return Error(refs.code(), path + ": graph " + std::to_string(i) + ": " + refs.message());
     p.members.push_back(std::move(m));
   }
   return p;

@@ -31,7 +31,8 @@ Status read_meta(ByteReader& m, const std::string& path, ImageFileInfo* info) {
     std::string e;
     if (m.string(&e, kMaxImageEntryName)) info->entries.push_back(std::move(e));
   }
-  return m.status("image metadata");
+  Status st = m.status("image metadata");
+  return st.ok() ? st : Error(st.code(), path + ": " + st.message());
 }
 
 }  // namespace

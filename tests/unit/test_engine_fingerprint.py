@@ -155,14 +155,16 @@ def test_engine_fields_pick_the_engine_part():
 def test_load_time_check_names_a_changed_knob():
     """The fields go through foundry_core.fingerprint.check_fingerprint at LOAD: a changed,
     removed or added knob is refused there too."""
-    saved = {"gpu_name": "H200", **fp()}
+    env = {"gpu_name": "H200", "compute_capability": "9.0", "driver_version": 13000, "cuda_runtime": "13.0",
+           "torch_version": "2.11.0", "foundry_version": "0.1.0"}
+    saved = {**env, **fp()}
     with pytest.raises(MismatchError, match="engine.knob.cudagraph_mode"):
-        check_fingerprint(saved, {"gpu_name": "H200", **fp(knobs={**KNOBS, "cudagraph_mode": "NONE"})})
+        check_fingerprint(saved, {**env, **fp(knobs={**KNOBS, "cudagraph_mode": "NONE"})})
     with pytest.raises(MismatchError, match="engine.knob.attention"):
-        check_fingerprint(saved, {"gpu_name": "H200", **fp(knobs={"cudagraph_mode": "FULL_DECODE_ONLY"})})
+        check_fingerprint(saved, {**env, **fp(knobs={"cudagraph_mode": "FULL_DECODE_ONLY"})})
     with pytest.raises(MismatchError, match="engine.fields"):
-        check_fingerprint(saved, {"gpu_name": "H200", **fp(knobs={**KNOBS, "extra": 1})})
-    check_fingerprint(saved, {"gpu_name": "H200", **fp()})
+        check_fingerprint(saved, {**env, **fp(knobs={**KNOBS, "extra": 1})})
+    check_fingerprint(saved, {**env, **fp()})
 
 
 json_values = st.recursive(

@@ -389,7 +389,7 @@ def test_verify_log_name_escaping_the_archive(tmp_path):
     manifest = manifest_doc(["bs=1", "bs=2", "prefill"])
     manifest["log"] = "../alloc_log.json"
     path = make_archive(tmp_path / "a", manifest=manifest)
-    assert_fails(path, "paths", "not a plain file name")
+    assert_fails(path, "manifest", "not a plain file name")
 
 
 def test_verify_each_rank(tmp_path):
