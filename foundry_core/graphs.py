@@ -24,7 +24,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,6 @@ from foundry_core.errors import (
     ArchiveIOError,
     DivergenceError,
     FormatError,
-    FoundryError,
     InvalidArgumentError,
     StateError,
 )

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from archive_factory import write_image, write_payload
 from foundry_core import _native, cli
 from foundry_core.errors import FormatError
 from foundry_core.inspect import image_file_info, payload_dump, summarize
@@ -41,20 +42,6 @@ PTX = b".version 9.0\n.target sm_90\n.entry gemm_kernel()\n{\n ret;\n}\n\x00"
 
 
 # ---- building synthetic archives ------------------------------------------------------------
-
-
-def write_image(images: Path, image_hash: int, entries: list[str], payload: bytes, loader: int = 0) -> Path:
-    """A normal image file holding `payload` (see foundry_image_file_write_synthetic)."""
-    images.mkdir(parents=True, exist_ok=True)
-    path = images / f"{image_hash:016x}.fimg"
-    names = (ctypes.c_char_p * max(len(entries), 1))(*[e.encode() for e in entries])
-    _native.call("foundry_image_file_write_synthetic", os.fsencode(path), image_hash, loader, names, len(entries),
-                 payload, len(payload))
-    return path
-
-
-def write_payload(path: Path, doc: dict) -> None:
-    _native.call("foundry_payload_from_json", json.dumps(doc).encode(), os.fsencode(path))
 
 
 def kernel(image: int, name: str, grid: int = 1, params: str = "0000006000000000") -> dict:
