@@ -70,7 +70,7 @@ def valid_manifests(draw):
     optional = draw(st.fixed_dictionaries({}, optional={"log": file_names, "created": st.text(max_size=20),
                                                         "members": st.lists(st.text(max_size=8), max_size=3),
                                                         "groups": st.integers(0, 100)}))
-    extra = draw(st.dictionaries(st.text(max_size=8).filter(lambda k: k not in REQUIRED and k not in optional),
+    extra = draw(st.dictionaries(st.text(max_size=8).filter(lambda k: k not in REQUIRED and k not in optional and k != "log"),
                                  json_values.filter(lambda v: v == v), max_size=3))
     return {**m, **optional, **extra}
 

@@ -1,0 +1,366 @@
+"""The CUDA-graph capture seams of vLLM's V2 model runner (``vllm/v1/worker/gpu/``).
+
+``GPUModelRunner.capture_model`` marks the CAPTURE phase and ends the region when it returns.
+``CudaGraphManager.capture`` (reached through ``ModelCudaGraphManager.capture``'s ``super()``
+call) is where graphs are made:
+
+- **SAVE** runs vLLM's own loop unchanged, except that ``torch.cuda.CUDAGraph`` names Foundry's
+  graph class for the duration (a torch graph that keeps its ``CUgraph``), then saves every FULL
+  graph with the persistent buffers it writes (``hidden_states`` and any auxiliary hidden states)
+  as its outputs. vLLM's warmup forward and capture run in the region, like everything LOAD must
+  find at the same address.
+- **LOAD** restores the archive first, then runs vLLM's same loop with the forwards replaced by
+  no-ops and ``torch.cuda.graph`` / ``torch.cuda.CUDAGraph`` neutralised: the attention-metadata
+  preparation (``create_forward_fn``) still happens for every descriptor, in vLLM's order, as at
+  SAVE. Each placeholder in ``self.graphs`` is then replaced by the restored graph of the same
+  descriptor (objects with ``.replay()``), and ``hidden_states`` by the restored output tensors;
+  the manager and the runtime keep the archive alive (vLLM keeps only what ``self.graphs`` holds).
+
+Checks before a restored graph is used: the archive holds exactly the descriptors vLLM wants; the
+output layout matches; and, where vLLM's factory returns the attention state (0.25), every CUDA
+tensor reachable from the captured pass's attention metadata sits at the address it had at SAVE
+(``FOUNDRY_VLLM_CHECK_METADATA=0`` turns this off). A failed check falls back: vLLM captures
+normally (and auto mode writes a fresh archive).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from foundry_core.engine import Mode
+from foundry_core.errors import MismatchError
+
+from vllm_foundry import modes, patching, runtime
+from vllm_foundry.runtime import Phase
+
+logger = logging.getLogger("foundry.vllm")
+
+_FALLBACK = object()
+MAX_DEPTH = 5
+
+
+# ---- naming and inspection (pure; unit-tested) -----------------------------------------------------
+
+
+def _field_text(value: Any) -> str:
+    if isinstance(value, enum.Enum):
+        return value.name
+    return str(value)
+
+
+def graph_name(desc: Any) -> str:
+    """A stable name for a capture descriptor (``BatchExecutionDescriptor``): its fields as
+    ``name=value`` in declaration order, enums by name."""
+    if dataclasses.is_dataclass(desc) and not isinstance(desc, type):
+        items = [(f.name, getattr(desc, f.name)) for f in dataclasses.fields(desc)]
+    elif hasattr(desc, "_asdict"):
+        items = list(desc._asdict().items())
+    else:
+        return _field_text(desc)
+    return ",".join(f"{k}={_field_text(v)}" for k, v in items)
+
+
+def _is_cuda_tensor(obj: Any) -> bool:
+    return callable(getattr(obj, "data_ptr", None)) and getattr(obj, "is_cuda", False) is True
+
+
+def tensor_addresses(obj: Any) -> dict[str, int]:
+    """``{path: data_ptr}`` of every CUDA tensor reachable from ``obj`` through dicts, lists,
+    tuples, named tuples, dataclasses and plain objects (first path wins, depth-limited)."""
+    out: dict[str, int] = {}
+    seen: set[int] = set()
+
+    def walk(value: Any, path: str, depth: int) -> None:
+        if _is_cuda_tensor(value):
+            out.setdefault(path, int(value.data_ptr()))
+            return
+        if value is None or isinstance(value, (str, bytes, int, float, bool, enum.Enum)) or depth > MAX_DEPTH:
+            return
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        if isinstance(value, Mapping):
+            for key in sorted(value, key=str):
+                walk(value[key], f"{path}[{key}]", depth + 1)
+        elif isinstance(value, tuple) and hasattr(value, "_fields"):
+            for name in value._fields:
+                walk(getattr(value, name), f"{path}.{name}", depth + 1)
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                walk(item, f"{path}[{i}]", depth + 1)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            for f in dataclasses.fields(value):
+                walk(getattr(value, f.name, None), f"{path}.{f.name}", depth + 1)
+        elif hasattr(value, "__dict__") and not callable(value):
+            for name, item in sorted(vars(value).items()):
+                walk(item, f"{path}.{name}", depth + 1)
+
+    walk(obj, "", 0)
+    return out
+
+
+def address_mismatch(saved: Mapping[str, Mapping[str, int]], now: Mapping[str, Mapping[str, int]]) -> str | None:
+    """The first differences between SAVE's and this run's attention-metadata addresses (paths
+    both sides have), or None when they agree."""
+    diffs = []
+    for graph in saved:
+        if graph not in now:
+            continue
+        for path, ptr in saved[graph].items():
+            if path in now[graph] and now[graph][path] != ptr:
+                diffs.append(f"graph {graph!r} metadata {path or '<root>'} at {now[graph][path]:#x}, at SAVE {ptr:#x}")
+    if not diffs:
+        return None
+    more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
+    return "; ".join(diffs[:3]) + more
+
+
+def _split_factory_result(out: Any) -> tuple[Callable[..., Any], Any]:
+    """vLLM 0.25's factory returns ``(forward_fn, attention_state)``, later ones ``forward_fn``."""
+    if isinstance(out, tuple):
+        return out[0], (out[1] if len(out) > 1 else None)
+    return out, None
+
+
+def observing(factory: Callable[..., Any], sink: dict[str, dict[str, int]], quiet: bool) -> Callable[..., Any]:
+    """Wraps vLLM's ``create_forward_fn``: records the captured pass's metadata addresses in
+    ``sink`` and, with ``quiet``, returns forward functions that do nothing (LOAD)."""
+
+    def noop(*_args: Any, **_kwargs: Any) -> None:
+        return None
+
+    def create_forward_fn(desc: Any, warmup: bool, *args: Any, **kwargs: Any) -> Any:
+        out = factory(desc, warmup, *args, **kwargs)
+        fn, state = _split_factory_result(out)
+        if not warmup and state is not None:
+            sink[graph_name(desc)] = tensor_addresses(state)
+        if not quiet:
+            return out
+        return (noop, *out[1:]) if isinstance(out, tuple) else noop
+
+    return create_forward_fn
+
+
+@contextlib.contextmanager
+def swapped(owner: Any, **attrs: Any) -> Iterator[None]:
+    """Sets attributes of ``owner`` for the duration of the block, then puts the old ones back."""
+    old = {name: getattr(owner, name) for name in attrs}
+    for name, value in attrs.items():
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            setattr(owner, name, value)
+
+
+class PendingGraph:
+    """What ``torch.cuda.CUDAGraph()`` returns during LOAD's neutralised loop; replaced by the
+    restored graph before vLLM can replay it."""
+
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        pass
+
+    def replay(self, *_args: Any, **_kwargs: Any) -> None:
+        raise RuntimeError("vllm-foundry: a CUDA graph placeholder was replayed; the restore did not install its graph")
+
+
+class NoCapture:
+    """What ``torch.cuda.graph(...)`` returns during LOAD's neutralised loop: captures nothing."""
+
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        pass
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *_exc: object) -> bool:
+        return False
+
+
+def keep_graphs() -> contextlib.AbstractContextManager[None]:
+    """SAVE: ``torch.cuda.CUDAGraph`` builds graphs that keep their CUgraph (foundry_core's)."""
+    import torch
+
+    from foundry_core.cuda_graph import CUDAGraph
+
+    return swapped(torch.cuda, CUDAGraph=CUDAGraph)
+
+
+def inference_mode() -> contextlib.AbstractContextManager[Any]:
+    import torch
+
+    return torch.inference_mode()
+
+
+def neutralised() -> contextlib.AbstractContextManager[None]:
+    """LOAD: no graph is created or captured."""
+    import torch
+
+    return swapped(torch.cuda, CUDAGraph=PendingGraph, graph=NoCapture)
+
+
+def expected_names(manager: Any) -> list[str] | None:
+    """The FULL descriptors vLLM will capture, by name (None when the manager does not say)."""
+    descs = getattr(manager, "_capture_descs", None)
+    if not isinstance(descs, Mapping):
+        return None
+    return [graph_name(d) for group in descs.values() for d in group
+            if modes.mode_name(getattr(d, "cg_mode", None)) == "FULL"]
+
+
+def output_tensors(manager: Any) -> tuple[Any, ...] | None:
+    """The persistent buffers the FULL graphs write: hidden_states, then aux hidden states."""
+    hidden = getattr(manager, "hidden_states", None)
+    if hidden is None:
+        return None
+    return (hidden, *list(getattr(manager, "aux_hidden_states", None) or []))
+
+
+# ---- SAVE ----------------------------------------------------------------------------------------
+
+
+def _capture_and_save(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., Any],
+                      factory: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    observed: dict[str, dict[str, int]] = {}
+    start = time.perf_counter()
+    with keep_graphs():
+        result = original(manager, observing(factory, observed, quiet=False), *args, **kwargs)
+    captured = time.perf_counter() - start
+    outputs = output_tensors(manager)
+    if outputs is None:
+        logger.error("foundry: the graph manager has no hidden_states buffer after capture; no archive is written")
+        return result
+    graphs = {graph_name(desc): (g, outputs) for desc, g in manager.graphs.items()}
+    rt.adapter.state.update({
+        "graphs": list(graphs),
+        "outputs": {"hidden_states": 1, "aux_hidden_states": len(outputs) - 1},
+    })
+    if runtime.env_flag(runtime.CHECK_METADATA_ENV) and observed:
+        rt.adapter.state["attention_addresses"] = observed
+    start = time.perf_counter()
+    report = rt.session.save(graphs)
+    rt.saved = report is not None
+    saved = f", saved in {time.perf_counter() - start:.2f} s" if report is not None else "; the archive was not saved"
+    logger.info("foundry: captured %d graphs in %.2f s%s", len(graphs), captured, saved)
+    return result
+
+
+# ---- LOAD ----------------------------------------------------------------------------------------
+
+
+def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., Any],
+             factory: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    state = rt.session.recorded_state()
+    recorded: Mapping[str, Any] = state.adapter if state is not None else {}
+    instantiate, threads = runtime.instantiate_mode()
+    start = time.perf_counter()
+    archive = rt.session.load(instantiate=instantiate, threads=threads)
+    if archive is None:
+        return _FALLBACK
+    rt.archive = archive
+    loaded = time.perf_counter() - start
+    by_name = {g.name: g for g in archive}
+    expected = expected_names(manager)
+    if expected is not None and set(expected) != set(by_name):
+        missing = sorted(set(expected) - set(by_name))
+        extra = sorted(set(by_name) - set(expected))
+        rt.fall_back(MismatchError(f"vLLM wants {len(expected)} graphs, the archive holds {len(by_name)} (missing "
+                                   f"{missing[:3]}, unexpected {extra[:3]})"))
+        return _FALLBACK
+    layout = recorded.get("outputs", {}) if isinstance(recorded, Mapping) else {}
+    want_aux = bool(getattr(manager, "use_aux_hidden_state_outputs", False))
+    have_aux = int(layout.get("aux_hidden_states", 0) or 0) > 0 if isinstance(layout, Mapping) else False
+    if want_aux != have_aux:
+        rt.fall_back(MismatchError(f"vLLM {'wants' if want_aux else 'does not want'} auxiliary hidden states; the "
+                                   f"archive {'holds' if have_aux else 'does not hold'} them"))
+        return _FALLBACK
+
+    observed: dict[str, dict[str, int]] = {}
+    with neutralised():
+        result = original(manager, observing(factory, observed, quiet=True), *args, **kwargs)
+    placeholders = list(manager.graphs)
+    problem = None
+    missing = [graph_name(d) for d in placeholders if graph_name(d) not in by_name]
+    if missing:
+        problem = f"the archive has no graph for {missing[:3]}"
+    elif runtime.env_flag(runtime.CHECK_METADATA_ENV):
+        saved_addresses = recorded.get("attention_addresses") if isinstance(recorded, Mapping) else None
+        if isinstance(saved_addresses, Mapping):
+            problem = address_mismatch(saved_addresses, observed)
+    if problem is not None:
+        manager.graphs.clear()
+        manager._graphs_captured = False
+        rt.fall_back(MismatchError(f"restored graphs cannot be used: {problem}"))
+        return _FALLBACK
+
+    for desc in placeholders:
+        manager.graphs[desc] = by_name[graph_name(desc)]
+    if placeholders:
+        outputs = archive.outputs(by_name[graph_name(placeholders[0])].index)
+        outputs = tuple(outputs) if isinstance(outputs, (list, tuple)) else (outputs,)
+        manager.hidden_states = outputs[0]
+        if len(outputs) > 1:
+            manager.aux_hidden_states = list(outputs[1:])
+    manager._foundry_archive = archive  # vLLM keeps only self.graphs; keep the outputs' owner too
+    logger.info("foundry: restored %d graphs in %.2f s (instantiate=%s; images %.2f s, build %.2f s, "
+                "instantiate %.2f s) instead of capturing", len(placeholders), loaded, instantiate,
+                archive.times.images_s, archive.times.build_s, archive.times.instantiate_s)
+    return result
+
+
+# ---- the seams -----------------------------------------------------------------------------------
+
+
+def wrap_capture_model(original: Callable[..., Any]) -> Callable[..., Any]:
+    def capture_model(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rt = runtime.current()
+        if rt is None or rt.phase is not Phase.WARMUP or kwargs.get("profile_only"):
+            return original(self, *args, **kwargs)
+        rt.phase = Phase.CAPTURE
+        rt.runner = self
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            rt.phase = Phase.WARMUP
+            rt.finish()
+
+    return capture_model
+
+
+def wrap_capture(original: Callable[..., Any]) -> Callable[..., Any]:
+    def capture(self: Any, create_forward_fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        rt = runtime.current()
+        if (rt is None or rt.phase is not Phase.CAPTURE or rt.runner is None
+                or getattr(rt.runner, "cudagraph_manager", None) is not self or not rt.region_open):
+            return original(self, create_forward_fn, *args, **kwargs)
+        rt.capture_seen = True
+        modes.check_resolved_mode(getattr(self, "cudagraph_mode", None))
+        with inference_mode():  # as vLLM's capture: restored outputs are inference tensors, like captured ones
+            if rt.mode is Mode.LOAD:
+                result = _restore(rt, self, original, create_forward_fn, args, kwargs)
+                if result is not _FALLBACK:
+                    return result
+            if rt.mode is Mode.SAVE:
+                return _capture_and_save(rt, self, original, create_forward_fn, args, kwargs)
+        return original(self, create_forward_fn, *args, **kwargs)
+
+    return capture
+
+
+WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    "runner.capture_model": wrap_capture_model,
+    "cg.capture": wrap_capture,
+}
+
+
+def install() -> None:
+    """Wraps the capture seams; SeamError names the first one missing in the installed vLLM."""
+    for name, make in WRAPPERS.items():
+        patching.install(name, make)

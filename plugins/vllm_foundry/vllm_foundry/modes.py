@@ -1,0 +1,108 @@
+"""Which vLLM configurations vllm-foundry supports, and the refusal for the others.
+
+Supported in this version: the V2 model runner (vLLM's default since 0.25 for most models),
+``cudagraph_mode=FULL_DECODE_ONLY`` (full graphs of uniform decode batches; prefill and mixed
+batches run without graphs), one GPU (tensor, pipeline and data parallel size 1), no speculative
+decoding, no LoRA, no sleep mode, no dual-batch overlap.
+
+Policy: **refuse**. When Foundry is active (an archive is given and the mode is not ``off``) and
+the configuration is not supported, the worker raises UnsupportedConfigError before its first
+device allocation, naming every unsupported setting, the supported value and the way out
+(``--foundry-mode off`` starts vLLM without Foundry). Falling back silently would make every later
+start pay the full capture while the user believes the archive is used; an archive that cannot be
+used (missing, stale, corrupt) still falls back to a normal start, as the fallback policy says.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from foundry_core.errors import UnsupportedError
+
+SUPPORTED_CUDAGRAPH_MODES = ("FULL_DECODE_ONLY",)
+CUDAGRAPH_MODE_FLAG = "-cc.cudagraph_mode=FULL_DECODE_ONLY"
+OFF_HINT = "start vLLM with --foundry-mode off (or FOUNDRY_MODE=off) to run it without Foundry"
+
+
+class UnsupportedConfigError(UnsupportedError):
+    """vLLM runs with a setting vllm-foundry does not support (the message names it)."""
+
+
+def mode_name(mode: Any) -> str:
+    """The name of a CUDAGraphMode (an enum member, its name, or None)."""
+    if mode is None:
+        return "NONE"
+    name = getattr(mode, "name", None)
+    if isinstance(name, str):
+        return name
+    text = str(mode)
+    return text.rsplit(".", 1)[-1].upper()
+
+
+def cudagraph_mode_problem(mode: Any) -> str | None:
+    """Why ``mode`` is not supported (naming it and the supported ones), or None."""
+    name = mode_name(mode)
+    if name in SUPPORTED_CUDAGRAPH_MODES:
+        return None
+    return (f"cudagraph_mode={name} is not supported (supported: {', '.join(SUPPORTED_CUDAGRAPH_MODES)}; "
+            f"pass {CUDAGRAPH_MODE_FLAG})")
+
+
+def _get(obj: Any, *path: str, default: Any = None) -> Any:
+    for name in path:
+        if obj is None:
+            return default
+        obj = getattr(obj, name, None)
+    return default if obj is None else obj
+
+
+def unsupported_settings(vllm_config: Any, use_v2_model_runner: bool | None = None) -> list[str]:
+    """Every setting of ``vllm_config`` this version cannot handle, as one message each."""
+    problems = []
+    if use_v2_model_runner is None:
+        use_v2_model_runner = bool(_get(vllm_config, "use_v2_model_runner", default=False))
+    if _get(vllm_config, "model_config", "enforce_eager", default=False):
+        problems.append("enforce_eager=True captures no CUDA graphs, so there is nothing to save or restore "
+                        "(drop --enforce-eager)")
+    else:
+        problem = cudagraph_mode_problem(_get(vllm_config, "compilation_config", "cudagraph_mode"))
+        if problem:
+            problems.append(problem)
+    if not use_v2_model_runner:
+        problems.append("the V1 model runner is not supported (vLLM chose V1 because of VLLM_USE_V2_MODEL_RUNNER=0 "
+                        "or a feature V2 lacks; see vLLM's 'using the V1 model runner' warning)")
+    for label, path in (("tensor_parallel_size", ("parallel_config", "tensor_parallel_size")),
+                        ("pipeline_parallel_size", ("parallel_config", "pipeline_parallel_size")),
+                        ("data_parallel_size", ("parallel_config", "data_parallel_size"))):
+        value = _get(vllm_config, *path, default=1)
+        if value != 1:
+            problems.append(f"{label}={value} is not supported (one GPU only in this version)")
+    if _get(vllm_config, "speculative_config") is not None:
+        problems.append("speculative decoding is not supported")
+    if _get(vllm_config, "lora_config") is not None:
+        problems.append("LoRA is not supported")
+    if _get(vllm_config, "model_config", "enable_sleep_mode", default=False):
+        problems.append("sleep mode is not supported (its allocator bypasses the deterministic region)")
+    if _get(vllm_config, "parallel_config", "enable_dbo", default=False):
+        problems.append("dual-batch overlap (enable_dbo) is not supported")
+    return problems
+
+
+def format_refusal(problems: list[str]) -> str:
+    return "vllm-foundry cannot run this vLLM configuration: " + "; ".join(problems) + f". Or {OFF_HINT}."
+
+
+def check_supported(vllm_config: Any, use_v2_model_runner: bool | None = None) -> None:
+    """Raises UnsupportedConfigError listing every unsupported setting; returns when all are fine."""
+    problems = unsupported_settings(vllm_config, use_v2_model_runner)
+    if problems:
+        raise UnsupportedConfigError(format_refusal(problems))
+
+
+def check_resolved_mode(mode: Any) -> None:
+    """The V2 runner re-resolves the mode against the attention backend at KV-cache init; raises
+    UnsupportedConfigError when that resolution left a mode other than FULL_DECODE_ONLY."""
+    problem = cudagraph_mode_problem(mode)
+    if problem:
+        raise UnsupportedConfigError(format_refusal([
+            f"the attention backend made vLLM resolve the CUDA-graph mode to {mode_name(mode)}: {problem}"]))

@@ -1,0 +1,115 @@
+"""The ``vllm.general_plugins`` entry point: ``register()``, called once in every vLLM process.
+
+vLLM calls it in process 0 (before parsing argv, and again from ``EngineArgs.__post_init__``; its
+own ``plugins_loaded`` flag makes that once), in every EngineCore process and in every worker
+(``WorkerWrapperBase.init_worker``, before the worker class is resolved). It must be idempotent and
+cheap when Foundry is off.
+
+- Always: wraps ``EngineArgs.add_cli_args`` / ``from_cli_args`` for ``--foundry-archive`` /
+  ``--foundry-mode`` (cli.py); if vLLM moved them, a warning says the flags are unavailable and the
+  environment variables still work.
+- When FOUNDRY_ARCHIVE / FOUNDRY_MODE make Foundry active (set by the user for the offline
+  ``LLM(...)`` API, or exported by the flags in process 0 and inherited by the children):
+  ``activate()``: the child environment (libfoundry.so in ``LD_PRELOAD``, the NCCL settings, the
+  FOUNDRY_* variables, ``FOUNDRY_STRICT=1`` unless set), ``VLLM_WORKER_MULTIPROC_METHOD=spawn``
+  (a forked child would not exec with the preload), logging for the ``foundry`` logger, and, in
+  processes that may run a GPU worker (``hosts_engine()``), the worker and capture seams.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from foundry_core.engine import Mode, Settings, prepare_child_environment, resolve_settings
+from foundry_core.errors import StateError
+
+from vllm_foundry import capture_patches, cli, modes, worker_patches
+
+logger = logging.getLogger("foundry.vllm")
+
+MP_METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
+STRICT_ENV = "FOUNDRY_STRICT"
+LOG_ENV = "FOUNDRY_LOG"
+INPROC_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
+
+_registered = False
+_activated = False
+
+
+def register() -> None:
+    """The plugin entry point; safe to call any number of times in any process."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    cli.install(strict=False)
+    settings = resolve_settings()
+    if settings.mode is not Mode.OFF:
+        activate(settings)
+
+
+def setup_logging() -> None:
+    """Gives the ``foundry`` logger a stderr handler (vLLM configures only its own loggers);
+    level from FOUNDRY_LOG, default info."""
+    root = logging.getLogger("foundry")
+    if root.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [%(name)s] %(message)s", "%m-%d %H:%M:%S"))
+    root.addHandler(handler)
+    root.setLevel(os.environ.get(LOG_ENV, "info").strip().upper() or "INFO")
+    root.propagate = False
+
+
+def child_environment(settings: Settings) -> dict[str, str]:
+    """This process's environment as vLLM's children must inherit it."""
+    try:
+        env = prepare_child_environment(archive=settings.archive, mode=settings.mode)
+    except FileNotFoundError as exc:
+        raise StateError(f"vllm-foundry: libfoundry.so was not found ({exc}); reinstall foundry-core, or "
+                         f"{modes.OFF_HINT}") from None
+    env.setdefault(STRICT_ENV, "1")
+    method = env.get(MP_METHOD_ENV)
+    if method != "spawn":
+        if method:
+            logger.info("foundry: %s=%s becomes spawn (a forked worker would not start with the preload)",
+                        MP_METHOD_ENV, method)
+        env[MP_METHOD_ENV] = "spawn"
+    return env
+
+
+def hosts_engine() -> bool:
+    """Whether a GPU worker may run in this process: a process vLLM started (EngineCore, workers),
+    or the first process when VLLM_ENABLE_V1_MULTIPROCESSING=0 keeps the engine in it. The first
+    process of a normal start (CLI, API server) never runs one, and is spared importing the
+    worker modules."""
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        return True
+    return os.environ.get(INPROC_ENV, "1").strip().lower() in ("0", "false", "no", "off")
+
+
+def activate(settings: Settings) -> None:
+    """Makes Foundry active in this process (idempotent): environment, logging, and the worker
+    and capture seams where a worker may run."""
+    global _activated
+    if settings.mode is Mode.OFF:
+        return
+    os.environ.update(child_environment(settings))
+    if _activated:
+        return
+    _activated = True
+    setup_logging()
+    if hosts_engine():
+        worker_patches.install()
+        capture_patches.install()
+    logger.debug("foundry: vllm-foundry active (mode %s, archive %s)", settings.mode, settings.archive)
+
+
+def _reset_for_tests() -> None:
+    global _registered, _activated
+    _registered = False
+    _activated = False

@@ -1,0 +1,150 @@
+"""Every place where vllm-foundry touches vLLM, in one declarative list.
+
+The patching code (``patching.py``, ``worker_patches.py``, ``capture_patches.py``) looks seams up
+here by name, and the contract tests check this same list against the installed vLLM and against
+the newest release's source (``contract.py``). A seam records what the plugin relies on:
+
+- ``module`` / ``qualname``: the attribute the plugin wraps or reads (``Worker.init_device``);
+- ``kind``: function, method, staticmethod, classmethod, property, enum, constant, env;
+- ``params``: the leading parameter names the wrapper relies on (more may follow);
+- ``defined_in``: where a function is defined when ``module`` imports it by name (the plugin
+  replaces the importing module's attribute, so that module must call it by its bare name);
+- ``calls``: dotted names the body must call (the plugin swaps ``torch.cuda.CUDAGraph`` during
+  capture, so the capture loop must construct its graphs through that name);
+- ``assigns``: ``self`` attributes the body must assign (state the plugin reads or restores);
+- ``members`` / ``value``: enum members or a constant's value.
+
+Checked against vLLM 0.25.0 (the release validated on the GPU machine) and 0.33.0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TESTED_VERSIONS = ("0.25.0",)
+KINDS = ("function", "method", "staticmethod", "classmethod", "property", "enum", "constant", "env")
+
+
+@dataclass(frozen=True)
+class Seam:
+    name: str
+    module: str
+    qualname: str
+    kind: str
+    purpose: str
+    params: tuple[str, ...] = ()
+    defined_in: str | None = None
+    calls: tuple[str, ...] = ()
+    assigns: tuple[str, ...] = ()
+    members: tuple[str, ...] = ()
+    value: str | None = None
+    required: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"seam {self.name}: unknown kind {self.kind!r}")
+
+    @property
+    def target(self) -> str:
+        """``module.qualname``, as the messages name it."""
+        return f"{self.module}.{self.qualname}"
+
+    @property
+    def source_module(self) -> str:
+        """The module whose source defines the seam."""
+        return self.defined_in or self.module
+
+    @staticmethod
+    def module_paths(module: str) -> tuple[str, str]:
+        """Where ``module``'s source may be, relative to site-packages or an sdist's root: a module
+        file or a package's ``__init__.py``."""
+        base = module.replace(".", "/")
+        return base + ".py", base + "/__init__.py"
+
+
+_WORKER = "vllm.v1.worker.gpu_worker"
+_RUNNER_V2 = "vllm.v1.worker.gpu.model_runner"
+_CG_V2 = "vllm.v1.worker.gpu.cudagraph_utils"
+
+SEAMS: tuple[Seam, ...] = (
+    # ---- plugin loading and processes ------------------------------------------------------
+    Seam("plugins.group", "vllm.plugins", "DEFAULT_PLUGINS_GROUP", "constant", value="vllm.general_plugins",
+         purpose="the entry-point group vLLM loads in every process (process 0, EngineCore, workers)"),
+    Seam("plugins.load", "vllm.plugins", "load_general_plugins", "function",
+         purpose="calls register() once per process"),
+    Seam("env.mp_method", "vllm.envs", "VLLM_WORKER_MULTIPROC_METHOD", "env",
+         purpose="register() sets it to spawn so children exec with LD_PRELOAD"),
+    # ---- command line ----------------------------------------------------------------------
+    Seam("cli.add_cli_args", "vllm.engine.arg_utils", "EngineArgs.add_cli_args", "staticmethod",
+         params=("parser",), purpose="adds --foundry-archive and --foundry-mode"),
+    Seam("cli.from_cli_args", "vllm.engine.arg_utils", "EngineArgs.from_cli_args", "classmethod",
+         params=("cls", "args"), purpose="exports the flags as FOUNDRY_ARCHIVE / FOUNDRY_MODE"),
+    # ---- configuration read by the adapter and the mode check -------------------------------
+    Seam("config.cudagraph_mode", "vllm.config.compilation", "CUDAGraphMode", "enum",
+         members=("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"),
+         purpose="the supported-mode check (FULL_DECODE_ONLY)"),
+    Seam("config.use_v2", "vllm.config.vllm", "VllmConfig.use_v2_model_runner", "property",
+         params=("self",), purpose="V2 model runner check"),
+    Seam("config.model_hash", "vllm.config.model", "ModelConfig.compute_hash", "method",
+         params=("self",), required=False,
+         purpose="part of the model identity (vLLM's own graph-shaping factors); optional: read with getattr"),
+    # ---- worker startup (shared by V1 and V2) ----------------------------------------------
+    Seam("worker.init_distributed", _WORKER, "init_worker_distributed_environment", "function",
+         params=("vllm_config", "rank"),
+         purpose="session.begin() before NCCL (device already set), determinism boundary after"),
+    Seam("worker.init_device", _WORKER, "Worker.init_device", "method", params=("self",),
+         calls=("init_worker_distributed_environment",),
+         purpose="refuses unsupported configurations before any GPU work; checks the session began"),
+    Seam("worker.determine_available_memory", _WORKER, "Worker.determine_available_memory", "method",
+         params=("self",),
+         purpose="LOAD: the recorded KV-cache bytes instead of profiling; SAVE: profiles outside the region"),
+    Seam("worker.initialize_from_config", _WORKER, "Worker.initialize_from_config", "method",
+         params=("self", "kv_cache_config"), purpose="records / checks the KV-cache block count"),
+    Seam("worker.compile_or_warm_up_model", _WORKER, "Worker.compile_or_warm_up_model", "method",
+         params=("self",), purpose="marks the warmup phase (compile warmup, kernel warmup, capture)"),
+    Seam("worker.kernel_warmup", _WORKER, "kernel_warmup", "function", params=("worker",),
+         defined_in="vllm.model_executor.warmup.kernel_warmup",
+         purpose="LOAD: skipped; SAVE: runs outside the region"),
+    Seam("worker.warmup_kernels", _WORKER, "warmup_kernels", "function",
+         params=("model_runner", "worker_execute_model", "worker_sample_tokens"),
+         defined_in="vllm.v1.worker.gpu.warmup",
+         purpose="V2 JIT warmup: outside the region whenever the region is active; FOUNDRY_VLLM_JIT_WARMUP=0 "
+                 "skips it on LOAD"),
+    # ---- V2 model runner -------------------------------------------------------------------
+    Seam("runner.init", _RUNNER_V2, "GPUModelRunner.__init__", "method", params=("self", "vllm_config", "device"),
+         assigns=("cudagraph_manager",), purpose="the runner's graph manager the capture seam recognises"),
+    Seam("runner.dummy_run", _RUNNER_V2, "GPUModelRunner._dummy_run", "method", params=("self", "num_tokens"),
+         purpose="compile-warmup forwards: LOAD skips them, SAVE runs them outside the region"),
+    Seam("runner.capture_model", _RUNNER_V2, "GPUModelRunner.capture_model", "method", params=("self",),
+         calls=("self.cudagraph_manager.capture",),
+         purpose="the capture phase; the region stops when it returns"),
+    Seam("cg.manager_init", _CG_V2, "CudaGraphManager.__init__", "method", params=("self", "vllm_config"),
+         assigns=("graphs", "_graphs_captured", "cudagraph_mode", "_capture_descs"),
+         purpose="graph table and capture descriptors the plugin fills / reads"),
+    Seam("cg.capture", _CG_V2, "CudaGraphManager.capture", "method", params=("self", "create_forward_fn"),
+         calls=("torch.cuda.CUDAGraph", "torch.cuda.graph", "create_forward_fn"),
+         assigns=("graphs", "_graphs_captured"),
+         purpose="SAVE: vLLM's own loop with graphs that keep their CUgraph, then save; LOAD: the same loop with "
+                 "forwards and captures neutralised, restored graphs installed"),
+    Seam("cg.model_manager_init", _CG_V2, "ModelCudaGraphManager.__init__", "method", params=("self", "vllm_config"),
+         assigns=("hidden_states", "aux_hidden_states", "use_aux_hidden_state_outputs"),
+         purpose="the persistent output buffers the FULL graphs write (restored as graph outputs at LOAD)"),
+    Seam("cg.run_fullgraph", _CG_V2, "CudaGraphManager.run_fullgraph", "method", params=("self", "desc"),
+         purpose="replays self.graphs[desc] (restored graphs have .replay())"),
+)
+
+BY_NAME: dict[str, Seam] = {s.name: s for s in SEAMS}
+
+
+def seam(name: str) -> Seam:
+    """The seam called ``name``; KeyError naming the known ones otherwise."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"no vLLM seam named {name!r}; known: {', '.join(sorted(BY_NAME))}") from None
+
+
+def source_files() -> list[str]:
+    """Every file (relative path, module or package form) a seam may live in, for the source
+    contract check; only some of them exist."""
+    return sorted({p for s in SEAMS for m in (s.module, s.source_module) for p in Seam.module_paths(m)})

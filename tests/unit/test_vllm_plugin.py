@@ -1,0 +1,1012 @@
+"""vllm-foundry without vLLM: registration, CLI flags, adapter fingerprint, mode refusal, seam
+patching, and the SAVE / LOAD flows of the worker and capture seams over a fake vLLM whose
+modules have the real names and the shapes listed in vllm_foundry/seams.py."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import enum
+import importlib
+import logging
+import os
+import sys
+import textwrap
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PLUGIN_DIR = Path(__file__).resolve().parents[2] / "plugins" / "vllm_foundry"
+try:
+    import vllm_foundry  # noqa: F401  (installed?)
+except ImportError:  # not installed: test the source tree
+    sys.path.insert(0, str(PLUGIN_DIR))
+
+from foundry_core.engine import EngineSession, Mode, get_plugin_manager  # noqa: E402
+from foundry_core.errors import InvalidArgumentError, StateError  # noqa: E402
+
+from vllm_foundry import adapter as adapter_mod  # noqa: E402
+from vllm_foundry import capture_patches, cli, modes, patching, runtime, seams, worker_patches  # noqa: E402
+
+register_mod = importlib.import_module("vllm_foundry.register")  # the package attribute is the function
+_real_hosts_engine = register_mod.hosts_engine
+
+FOUNDRY_ENV = ("FOUNDRY_ARCHIVE", "FOUNDRY_MODE", "FOUNDRY_STRICT", "FOUNDRY_FALLBACK", "FOUNDRY_VLLM_JIT_WARMUP",
+               "FOUNDRY_VLLM_CHECK_METADATA", "FOUNDRY_VLLM_INSTANTIATE", "LD_PRELOAD", "VLLM_WORKER_MULTIPROC_METHOD",
+               "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "VLLM_ENABLE_V1_MULTIPROCESSING")
+
+
+@pytest.fixture(autouse=True)
+def clean_state(monkeypatch):
+    for key in FOUNDRY_ENV:
+        monkeypatch.delenv(key, raising=False)
+    register_mod._reset_for_tests()
+    runtime.reset()
+    foundry_logger = logging.getLogger("foundry")
+    saved = (list(foundry_logger.handlers), foundry_logger.propagate, foundry_logger.level)
+    yield
+    patching.uninstall_all()
+    register_mod._reset_for_tests()
+    runtime.reset()
+    foundry_logger.handlers[:], foundry_logger.propagate, foundry_logger.level = saved
+
+
+# ---- a fake vLLM with the real module names -----------------------------------------------------
+
+FAKE_SOURCES = {
+    "vllm.engine.arg_utils": """
+        import dataclasses
+
+        @dataclasses.dataclass
+        class EngineArgs:
+            model: str = "facebook/opt-125m"
+            seed: int = 0
+
+            @staticmethod
+            def add_cli_args(parser):
+                parser.add_argument("--model", default="facebook/opt-125m")
+                parser.add_argument("--seed", type=int, default=0)
+                return parser
+
+            @classmethod
+            def from_cli_args(cls, args):
+                names = [f.name for f in dataclasses.fields(cls)]
+                return cls(**{n: getattr(args, n) for n in names if hasattr(args, n)})
+
+        @dataclasses.dataclass
+        class AsyncEngineArgs(EngineArgs):
+            enable_log_requests: bool = False
+
+            @staticmethod
+            def add_cli_args(parser, async_args_only=False):
+                parser = EngineArgs.add_cli_args(parser)
+                parser.add_argument("--enable-log-requests", action="store_true")
+                return parser
+    """,
+    "vllm.v1.worker.gpu.cudagraph_utils": """
+        import dataclasses
+        import enum
+        import torch
+
+        LOG = []
+
+        class CUDAGraphMode(enum.Enum):
+            NONE = 0
+            PIECEWISE = 1
+            FULL = 2
+            FULL_DECODE_ONLY = (2, 0)
+
+        @dataclasses.dataclass(frozen=True)
+        class BatchExecutionDescriptor:
+            cg_mode: CUDAGraphMode
+            num_tokens: int
+            num_reqs: int | None
+            uniform_token_count: int | None = None
+            num_active_loras: int = 0
+
+        class FakeTensor:
+            is_cuda = True
+
+            def __init__(self, ptr, n=8):
+                self.ptr, self.n = ptr, n
+
+            def data_ptr(self):
+                return self.ptr
+
+            def __getitem__(self, item):
+                return self
+
+        class CudaGraphManager:
+            def __init__(self, vllm_config, device, cudagraph_mode, decode_query_len=1, lora_capture_cases=None):
+                self.vllm_config = vllm_config
+                self.cudagraph_mode = cudagraph_mode
+                self.graphs = {}
+                self._graphs_captured = False
+                self._capture_descs = {CUDAGraphMode.FULL: [
+                    BatchExecutionDescriptor(CUDAGraphMode.FULL, n, n, 1) for n in (4, 2, 1)]}
+
+            def capture(self, create_forward_fn, progress_bar_desc="Capturing CUDA graphs"):
+                attn_states = {}
+                for desc in self._capture_descs[CUDAGraphMode.FULL]:
+                    forward_fn, warm = create_forward_fn(desc, warmup=True)
+                    forward_fn(CUDAGraphMode.NONE)
+                    forward_fn, state = create_forward_fn(desc, warmup=False)
+                    attn_states[desc] = (warm, state)
+                    assert desc not in self.graphs
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, None):
+                        forward_fn(CUDAGraphMode.NONE)
+                    self.graphs[desc] = graph
+                self._graphs_captured = True
+                return attn_states
+
+            def run_fullgraph(self, desc):
+                self.graphs[desc].replay()
+
+        class ModelCudaGraphManager(CudaGraphManager):
+            def __init__(self, vllm_config, device, cudagraph_mode, decode_query_len=1, lora_capture_cases=None):
+                super().__init__(vllm_config, device, cudagraph_mode, decode_query_len, lora_capture_cases)
+                self.hidden_states = None
+                self.aux_hidden_states = []
+                self.use_aux_hidden_state_outputs = False
+
+            def capture(self, model, metadata_ptr=0x5000):
+                def create_forward_fn(desc, warmup):
+                    state = ({"layer.0": types_ns(seq_lens=FakeTensor(metadata_ptr), max_len=desc.num_tokens)},
+                             {"layer.0": FakeTensor(0x6000)})
+
+                    def forward_fn(mode):
+                        LOG.append(("forward", desc.num_tokens, mode.name))
+                        if self.hidden_states is None:
+                            self.hidden_states = FakeTensor(0x7000)
+
+                    return forward_fn, state
+
+                return super().capture(create_forward_fn, "Capturing")
+
+        class types_ns:
+            def __init__(self, **kw):
+                self.__dict__.update(kw)
+    """,
+    "vllm.v1.worker.gpu.model_runner": """
+        from vllm.v1.worker.gpu.cudagraph_utils import LOG, CUDAGraphMode, ModelCudaGraphManager
+
+        class GPUModelRunner:
+            def __init__(self, vllm_config, device):
+                self.vllm_config = vllm_config
+                self.cudagraph_manager = None
+                self.metadata_ptr = 0x5000
+
+            def initialize_kv_cache(self, kv_cache_config):
+                self.cudagraph_manager = ModelCudaGraphManager(
+                    self.vllm_config, "cuda:0", self.vllm_config.compilation_config.cudagraph_mode)
+
+            def _dummy_run(self, num_tokens, *args, skip_eplb=False, **kwargs):
+                LOG.append(("dummy_run", num_tokens))
+                return "hidden", "sampled"
+
+            def capture_model(self):
+                LOG.append("capture_model")
+                self.cudagraph_manager.capture(None, metadata_ptr=self.metadata_ptr)
+                return 123
+    """,
+    "vllm.v1.worker.gpu_worker": """
+        from vllm.v1.worker.gpu.cudagraph_utils import LOG
+        from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+
+        def kernel_warmup(worker):
+            LOG.append("kernel_warmup")
+
+        def warmup_kernels(model_runner, worker_execute_model, worker_sample_tokens):
+            LOG.append("warmup_kernels")
+
+        def init_worker_distributed_environment(vllm_config, rank, distributed_init_method=None, local_rank=-1,
+                                                backend="nccl"):
+            LOG.append("nccl")
+
+        class Worker:
+            def __init__(self, vllm_config, rank=0):
+                self.vllm_config = vllm_config
+                self.rank = rank
+                self.use_v2_model_runner = True
+
+            def init_device(self):
+                LOG.append("set_device")
+                init_worker_distributed_environment(self.vllm_config, self.rank, "tcp://x", 0, "nccl")
+                self.model_runner = GPUModelRunner(self.vllm_config, "cuda:0")
+
+            def determine_available_memory(self):
+                LOG.append("profile_run")
+                return 1000
+
+            def initialize_from_config(self, kv_cache_config):
+                LOG.append(("kv_cache", kv_cache_config.num_blocks))
+                self.model_runner.initialize_kv_cache(kv_cache_config)
+
+            def compile_or_warm_up_model(self):
+                for size in (16,):
+                    self.model_runner._dummy_run(size, skip_eplb=True, remove_lora=False)
+                kernel_warmup(self)
+                self.model_runner.capture_model()
+                warmup_kernels(self.model_runner, None, None)
+                return "times"
+    """,
+}
+
+
+class FakeCUDAGraph:
+    def __new__(cls, keep_graph=False):
+        return object.__new__(cls)
+
+    def __init__(self, keep_graph=False):
+        self.keep_graph = keep_graph
+
+
+class FakeGraphContext:
+    def __init__(self, graph, pool=None, stream=None, capture_error_mode="global"):
+        self.graph = graph
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+class KeepGraph(FakeCUDAGraph):
+    def __new__(cls, keep_graph=True):
+        return object.__new__(cls)
+
+    def __init__(self, keep_graph=True):
+        super().__init__(keep_graph)
+
+
+def _package(name: str) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__path__ = []  # type: ignore[attr-defined]
+    return mod
+
+
+@pytest.fixture
+def fake_torch(monkeypatch):
+    torch = _package("torch")
+    torch.cuda = types.ModuleType("torch.cuda")  # type: ignore[attr-defined]
+    torch.cuda.CUDAGraph = FakeCUDAGraph  # type: ignore[attr-defined]
+    torch.cuda.graph = FakeGraphContext  # type: ignore[attr-defined]
+    torch.inference_mode = contextlib.nullcontext  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.cuda", torch.cuda)
+    keep = types.ModuleType("foundry_core.cuda_graph")
+    keep.CUDAGraph = KeepGraph  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "foundry_core.cuda_graph", keep)
+    return torch
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch, fake_torch):
+    """Installs the fake vLLM modules; returns {module name: module}."""
+    for pkg in ("vllm", "vllm.engine", "vllm.v1", "vllm.v1.worker", "vllm.v1.worker.gpu"):
+        monkeypatch.setitem(sys.modules, pkg, _package(pkg))
+    mods = {}
+    for name in ("vllm.engine.arg_utils", "vllm.v1.worker.gpu.cudagraph_utils", "vllm.v1.worker.gpu.model_runner",
+                 "vllm.v1.worker.gpu_worker"):
+        mod = types.ModuleType(name)
+        monkeypatch.setitem(sys.modules, name, mod)
+        exec(compile(textwrap.dedent(FAKE_SOURCES[name]), f"<fake {name}>", "exec"), mod.__dict__)
+        mods[name] = mod
+    monkeypatch.setattr(patching, "vllm_version", lambda: "0.0.fake")
+    return mods
+
+
+# ---- register ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def recorded_activation(monkeypatch):
+    monkeypatch.setattr(register_mod, "hosts_engine", lambda: True)
+    calls = {"worker": 0, "capture": 0}
+    monkeypatch.setattr(worker_patches, "install", lambda: calls.__setitem__("worker", calls["worker"] + 1))
+    monkeypatch.setattr(capture_patches, "install", lambda: calls.__setitem__("capture", calls["capture"] + 1))
+    return calls
+
+
+def _fake_child_env(archive=None, mode=None, env=None):
+    out = dict(os.environ)
+    out["LD_PRELOAD"] = "/opt/foundry/libfoundry.so"
+    out["NCCL_CUMEM_ENABLE"] = "0"
+    if archive is not None:
+        out["FOUNDRY_ARCHIVE"] = os.fspath(archive)
+    if mode is not None:
+        out["FOUNDRY_MODE"] = Mode(mode).value if not isinstance(mode, Mode) else mode.value
+    return out
+
+
+def test_register_off_only_adds_the_flags(fake_vllm, recorded_activation):
+    import vllm_foundry
+
+    vllm_foundry.register()
+    vllm_foundry.register()
+    assert recorded_activation == {"worker": 0, "capture": 0}
+    assert "LD_PRELOAD" not in os.environ and "VLLM_WORKER_MULTIPROC_METHOD" not in os.environ
+    parser = fake_vllm["vllm.engine.arg_utils"].EngineArgs.add_cli_args(argparse.ArgumentParser())
+    assert parser.parse_args(["--foundry-archive", "/a"]).foundry_archive == "/a"
+
+
+def test_register_from_environment_prepares_children_once(fake_vllm, recorded_activation, monkeypatch, tmp_path):
+    monkeypatch.setattr(register_mod, "prepare_child_environment", _fake_child_env)
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")
+    register_mod.register()
+    register_mod.register()
+    register_mod.activate(register_mod.resolve_settings())
+    assert recorded_activation == {"worker": 1, "capture": 1}
+    assert os.environ["LD_PRELOAD"] == "/opt/foundry/libfoundry.so"
+    assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    assert os.environ["FOUNDRY_STRICT"] == "1"
+    assert os.environ["FOUNDRY_ARCHIVE"] == str(tmp_path) and os.environ["FOUNDRY_MODE"] == "auto"
+
+
+def test_first_process_sets_the_environment_but_installs_no_worker_seams(fake_vllm, recorded_activation,
+                                                                          monkeypatch, tmp_path):
+    monkeypatch.setattr(register_mod, "hosts_engine", _real_hosts_engine)
+    monkeypatch.setattr(register_mod, "prepare_child_environment", _fake_child_env)
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    register_mod.register()
+    assert recorded_activation == {"worker": 0, "capture": 0} and os.environ["LD_PRELOAD"]
+    register_mod._reset_for_tests()
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine runs in this process
+    register_mod.register()
+    assert recorded_activation == {"worker": 1, "capture": 1}
+
+
+def test_register_keeps_a_users_strict_setting_and_mode_off(fake_vllm, recorded_activation, monkeypatch, tmp_path):
+    monkeypatch.setattr(register_mod, "prepare_child_environment", _fake_child_env)
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    monkeypatch.setenv("FOUNDRY_MODE", "off")
+    register_mod.register()
+    assert recorded_activation == {"worker": 0, "capture": 0} and "LD_PRELOAD" not in os.environ
+    register_mod._reset_for_tests()
+    monkeypatch.setenv("FOUNDRY_MODE", "save")
+    monkeypatch.setenv("FOUNDRY_STRICT", "0")
+    register_mod.register()
+    assert os.environ["FOUNDRY_STRICT"] == "0" and os.environ["FOUNDRY_MODE"] == "save"
+
+
+def test_register_with_the_real_child_environment(fake_vllm, recorded_activation, monkeypatch, tmp_path):
+    from foundry_core.preload import preload_environment
+
+    try:
+        preload_environment({})
+    except FileNotFoundError as exc:
+        pytest.skip(f"libfoundry.so is not built here: {exc}")
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    monkeypatch.setenv("FOUNDRY_MODE", "load")
+    register_mod.register()
+    assert "libfoundry.so" in os.environ["LD_PRELOAD"].split(":")[0]
+    assert os.environ["NCCL_CUMEM_ENABLE"] == "0" and os.environ["NCCL_NVLS_ENABLE"] == "0"
+    assert os.environ["FOUNDRY_MODE"] == "load"
+
+
+def test_register_without_libfoundry_names_the_way_out(fake_vllm, recorded_activation, monkeypatch, tmp_path):
+    def missing(**_kw):
+        raise FileNotFoundError("libfoundry.so")
+
+    monkeypatch.setattr(register_mod, "prepare_child_environment", missing)
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    with pytest.raises(StateError, match="--foundry-mode off"):
+        register_mod.register()
+
+
+def test_register_rejects_a_bad_mode(fake_vllm, recorded_activation, monkeypatch):
+    monkeypatch.setenv("FOUNDRY_MODE", "restore")
+    with pytest.raises(InvalidArgumentError, match="FOUNDRY_MODE"):
+        register_mod.register()
+
+
+def test_register_survives_moved_cli_seams(monkeypatch, recorded_activation, caplog):
+    monkeypatch.setitem(sys.modules, "vllm", _package("vllm"))
+    monkeypatch.setitem(sys.modules, "vllm.engine", _package("vllm.engine"))
+    empty = types.ModuleType("vllm.engine.arg_utils")
+    monkeypatch.setitem(sys.modules, "vllm.engine.arg_utils", empty)
+    register_mod.register()
+    assert "cli.add_cli_args" in caplog.text and "FOUNDRY_ARCHIVE" in caplog.text
+
+
+# ---- CLI ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def activations(monkeypatch):
+    seen = []
+    monkeypatch.setattr(register_mod, "activate", lambda settings: seen.append(settings))
+    return seen
+
+
+def test_cli_flags_reach_the_environment(fake_vllm, activations, tmp_path):
+    cli.install(strict=True)
+    arg_utils = fake_vllm["vllm.engine.arg_utils"]
+    parser = arg_utils.AsyncEngineArgs.add_cli_args(argparse.ArgumentParser())
+    args = parser.parse_args(["--model", "m", "--foundry-archive", str(tmp_path / "a"), "--foundry-mode", "save"])
+    engine_args = arg_utils.AsyncEngineArgs.from_cli_args(args)
+    assert type(engine_args) is arg_utils.AsyncEngineArgs and engine_args.model == "m"
+    assert os.environ["FOUNDRY_ARCHIVE"] == str(tmp_path / "a") and os.environ["FOUNDRY_MODE"] == "save"
+    assert [s.mode for s in activations] == [Mode.SAVE] and activations[0].archive == tmp_path / "a"
+
+
+def test_cli_relative_archive_becomes_absolute(fake_vllm, activations, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    cli.install(strict=True)
+    arg_utils = fake_vllm["vllm.engine.arg_utils"]
+    args = arg_utils.EngineArgs.add_cli_args(argparse.ArgumentParser()).parse_args(["--foundry-archive", "rel"])
+    arg_utils.EngineArgs.from_cli_args(args)
+    assert os.environ["FOUNDRY_ARCHIVE"] == str(tmp_path / "rel") and os.environ["FOUNDRY_MODE"] == "auto"
+
+
+def test_cli_without_flags_leaves_the_environment(fake_vllm, activations):
+    cli.install(strict=True)
+    arg_utils = fake_vllm["vllm.engine.arg_utils"]
+    args = arg_utils.EngineArgs.add_cli_args(argparse.ArgumentParser()).parse_args([])
+    arg_utils.EngineArgs.from_cli_args(args)
+    assert "FOUNDRY_MODE" not in os.environ and not activations
+
+
+def test_cli_mode_off_is_exported_without_activation(fake_vllm, activations, monkeypatch, tmp_path):
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    cli.install(strict=True)
+    arg_utils = fake_vllm["vllm.engine.arg_utils"]
+    args = arg_utils.EngineArgs.add_cli_args(argparse.ArgumentParser()).parse_args(["--foundry-mode", "off"])
+    arg_utils.EngineArgs.from_cli_args(args)
+    assert os.environ["FOUNDRY_MODE"] == "off" and not activations
+
+
+def test_cli_load_without_archive_is_an_error(fake_vllm, activations):
+    cli.install(strict=True)
+    arg_utils = fake_vllm["vllm.engine.arg_utils"]
+    args = arg_utils.EngineArgs.add_cli_args(argparse.ArgumentParser()).parse_args(["--foundry-mode", "load"])
+    with pytest.raises(InvalidArgumentError, match="--foundry-archive"):
+        arg_utils.EngineArgs.from_cli_args(args)
+
+
+def test_cli_rejects_unknown_modes_and_adds_flags_once(fake_vllm, capsys):
+    cli.install(strict=True)
+    cli.install(strict=True)
+    arg_utils = fake_vllm["vllm.engine.arg_utils"]
+    parser = argparse.ArgumentParser()
+    arg_utils.EngineArgs.add_cli_args(parser)
+    cli.add_foundry_args(parser)  # the same parser twice: no argparse conflict
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--foundry-mode", "restore"])
+    assert "auto" in capsys.readouterr().err
+
+
+def test_cli_seam_with_the_wrong_shape_is_refused(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", _package("vllm"))
+    monkeypatch.setitem(sys.modules, "vllm.engine", _package("vllm.engine"))
+    mod = types.ModuleType("vllm.engine.arg_utils")
+
+    class EngineArgs:
+        @staticmethod
+        def add_cli_args(parser):
+            return parser
+
+        def from_cli_args(self, args):  # no longer a classmethod
+            return self
+
+    mod.EngineArgs = EngineArgs  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm.engine.arg_utils", mod)
+    monkeypatch.setattr(patching, "vllm_version", lambda: "9.9.9")
+    with pytest.raises(patching.SeamError) as err:
+        cli.install(strict=True)
+    text = str(err.value)
+    assert "cli.from_cli_args" in text and "9.9.9" in text and "classmethod" in text and "--foundry-mode off" in text
+
+
+# ---- adapter -----------------------------------------------------------------------------------
+
+
+class CGMode(enum.Enum):
+    FULL_DECODE_ONLY = (2, 0)
+    FULL_AND_PIECEWISE = (2, 1)
+
+
+@dataclasses.dataclass
+class PassConfig:
+    fuse_norm_quant: bool = False
+
+
+def fake_config(**overrides: Any) -> types.SimpleNamespace:
+    model = types.SimpleNamespace(model="Qwen/Qwen3-8B", revision=None, code_revision=None, dtype="bfloat16",
+                                  quantization=None, max_model_len=4096, architectures=["Qwen3ForCausalLM"],
+                                  hf_overrides={}, enforce_eager=False, enable_sleep_mode=False,
+                                  compute_hash=lambda: overrides.get("model_hash", "hash-1"))
+    comp = types.SimpleNamespace(cudagraph_mode=CGMode.FULL_DECODE_ONLY, cudagraph_capture_sizes=[1, 2, 4, 8],
+                                 mode=3, backend="inductor", custom_ops=["none"], splitting_ops=[],
+                                 pass_config=PassConfig(), max_cudagraph_capture_size=8)
+    cfg = types.SimpleNamespace(
+        model_config=model, compilation_config=comp,
+        cache_config=types.SimpleNamespace(block_size=16, cache_dtype="auto", gpu_memory_utilization=0.9,
+                                           kv_cache_memory_bytes=None, num_gpu_blocks_override=None,
+                                           enable_prefix_caching=True),
+        scheduler_config=types.SimpleNamespace(max_num_seqs=256, max_num_batched_tokens=8192),
+        parallel_config=types.SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1, data_parallel_size=1,
+                                              enable_expert_parallel=False, enable_dbo=False),
+        load_config=types.SimpleNamespace(load_format="dummy"), attention_config=types.SimpleNamespace(backend=None),
+        kernel_config=None, additional_config={}, speculative_config=None, lora_config=None, use_v2_model_runner=True)
+    for key, value in overrides.items():
+        if key == "model_hash":
+            continue
+        target, _, attr = key.rpartition(".")
+        setattr(getattr(cfg, target) if target else cfg, attr, value)
+    return cfg
+
+
+class NoRegion:
+    def set_region(self, base, size): raise AssertionError("no GPU here")
+    def seal(self, offset): raise AssertionError("no GPU here")
+    def stop(self): pass
+    def region_info(self): raise AssertionError("no GPU here")
+
+
+def fingerprint(cfg, environ=None, tmp=None) -> dict:
+    adapter = adapter_mod.VllmAdapter(cfg, engine_version="0.25.0", environ=environ or {})
+    session = EngineSession(tmp or "/nonexistent/archive", "save", 0, get_plugin_manager(adapter), runtime=NoRegion())
+    return session.fingerprint
+
+
+def test_adapter_fingerprint_fields():
+    fp = fingerprint(fake_config())
+    assert fp["engine.name"] == "vllm" and fp["engine.version"] == "0.25.0"
+    assert fp["engine.capture_sizes"] == [8, 4, 2, 1]  # vLLM captures the largest first
+    assert fp["engine.dtype"] == "bfloat16" and fp["engine.tp"] == 1 and fp["engine.world_size"] == 1
+    assert fp["engine.knob.cudagraph_mode"] == "FULL_DECODE_ONLY"
+    assert fp["engine.knob.model_runner"] == "v2"
+    assert fp["engine.knob.gpu_memory_utilization"] == 0.9
+    assert '"fuse_norm_quant":false' in fp["engine.knob.pass_config"]
+
+
+def test_adapter_model_hash_follows_graph_shaping_fields():
+    base = fingerprint(fake_config())["engine.model_hash"]
+    assert fingerprint(fake_config())["engine.model_hash"] == base
+    assert fingerprint(fake_config(**{"model_config.max_model_len": 8192}))["engine.model_hash"] != base
+    assert fingerprint(fake_config(model_hash="hash-2"))["engine.model_hash"] != base
+    assert fingerprint(fake_config(**{"load_config.load_format": "safetensors"}))["engine.model_hash"] != base
+    # Settings that are not in the model identity have their own field, so a mismatch names them.
+    other = fingerprint(fake_config(**{"cache_config.gpu_memory_utilization": 0.8}))
+    assert other["engine.model_hash"] == base and other["engine.knob.gpu_memory_utilization"] == 0.8
+
+
+def test_adapter_knobs_include_graph_environment_and_expert_parallel():
+    fp = fingerprint(fake_config(**{"parallel_config.enable_expert_parallel": True}),
+                     environ={"VLLM_ATTENTION_BACKEND": "FLASH_ATTN", "HOME": "/root"})
+    assert fp["engine.knob.env"] == '{"VLLM_ATTENTION_BACKEND":"FLASH_ATTN"}'
+    assert fp["engine.ep"] == 1  # tp * dp
+
+
+def test_adapter_plain_values_are_stable():
+    class Opaque:
+        pass
+
+    assert adapter_mod.plain(CGMode.FULL_DECODE_ONLY) == "FULL_DECODE_ONLY"
+    assert adapter_mod.plain({"a": {2, 1}, "b": (1, None)}) == {"a": [1, 2], "b": [1, None]}
+    assert adapter_mod.plain(PassConfig()) == {"fuse_norm_quant": False}
+    assert adapter_mod.plain(Opaque()) == "Opaque"  # no address in the fingerprint
+    assert adapter_mod.plain(float("nan")) == "nan"
+
+
+def test_adapter_record_state_needs_the_kv_cache():
+    adapter = adapter_mod.VllmAdapter(fake_config(), engine_version="0.25.0")
+    assert adapter.foundry_record_state() is None
+    adapter.state.update(kv_cache_bytes=1 << 30, kv_cache_blocks=4096, graphs=["g"])
+    assert adapter.foundry_record_state() == {"kv_cache_bytes": 1 << 30, "kv_cache_blocks": 4096, "graphs": ["g"]}
+
+
+# ---- modes -------------------------------------------------------------------------------------
+
+
+def test_modes_refuse_other_cudagraph_modes_by_name():
+    with pytest.raises(modes.UnsupportedConfigError) as err:
+        modes.check_supported(fake_config(**{"compilation_config.cudagraph_mode": CGMode.FULL_AND_PIECEWISE}))
+    text = str(err.value)
+    assert "cudagraph_mode=FULL_AND_PIECEWISE" in text and "supported: FULL_DECODE_ONLY" in text
+    assert "-cc.cudagraph_mode=FULL_DECODE_ONLY" in text and "--foundry-mode off" in text
+
+
+def test_modes_list_every_problem_at_once():
+    cfg = fake_config(**{"parallel_config.tensor_parallel_size": 2, "use_v2_model_runner": False,
+                         "lora_config": object()})
+    problems = modes.unsupported_settings(cfg)
+    assert any("tensor_parallel_size=2" in p for p in problems)
+    assert any("V1 model runner" in p for p in problems) and any("LoRA" in p for p in problems)
+    assert modes.unsupported_settings(fake_config()) == []
+
+
+def test_modes_enforce_eager_and_resolved_mode():
+    eager = fake_config(**{"model_config.enforce_eager": True})
+    assert any("enforce_eager" in p for p in modes.unsupported_settings(eager))
+    modes.check_resolved_mode(CGMode.FULL_DECODE_ONLY)
+    with pytest.raises(modes.UnsupportedConfigError, match="resolve the CUDA-graph mode to FULL_AND_PIECEWISE"):
+        modes.check_resolved_mode(CGMode.FULL_AND_PIECEWISE)
+    assert modes.mode_name("CUDAGraphMode.PIECEWISE") == "PIECEWISE" and modes.mode_name(None) == "NONE"
+
+
+# ---- seams and patching ------------------------------------------------------------------------
+
+
+def test_seam_list_is_the_single_source():
+    names = [s.name for s in seams.SEAMS]
+    assert len(names) == len(set(names))
+    used = [*worker_patches.WRAPPERS, *capture_patches.WRAPPERS, "cli.add_cli_args", "cli.from_cli_args"]
+    assert set(used) <= set(names)
+    for s in seams.SEAMS:
+        assert s.purpose and s.module.startswith("vllm")
+    assert "vllm/v1/worker/gpu_worker.py" in seams.source_files()
+    with pytest.raises(KeyError, match="known"):
+        seams.seam("worker.nope")
+
+
+def test_patching_is_idempotent_and_reversible(fake_vllm):
+    arg_utils = fake_vllm["vllm.engine.arg_utils"]
+    before = arg_utils.EngineArgs.__dict__["from_cli_args"]
+    assert patching.install("cli.from_cli_args", cli.wrap_from_cli_args)
+    assert not patching.install("cli.from_cli_args", cli.wrap_from_cli_args)
+    wrapped = arg_utils.EngineArgs.__dict__["from_cli_args"]
+    assert isinstance(wrapped, classmethod) and getattr(wrapped.__func__, patching.MARKER) == "cli.from_cli_args"
+    patching.uninstall_all()
+    assert arg_utils.EngineArgs.__dict__["from_cli_args"] is before
+
+
+def test_patching_names_a_missing_seam(fake_vllm):
+    del fake_vllm["vllm.v1.worker.gpu_worker"].kernel_warmup
+    with pytest.raises(patching.SeamError) as err:
+        patching.install("worker.kernel_warmup", worker_patches.wrap_kernel_warmup)
+    text = str(err.value)
+    assert "'worker.kernel_warmup'" in text and "vllm.v1.worker.gpu_worker.kernel_warmup" in text
+    assert "0.0.fake" in text and "0.25.0" in text
+
+
+def test_patching_refuses_changed_parameters(fake_vllm):
+    mod = fake_vllm["vllm.v1.worker.gpu_worker"]
+    mod.init_worker_distributed_environment = lambda config, world_rank: None
+    with pytest.raises(patching.SeamError, match=r"expected parameters starting with \(vllm_config, rank\)"):
+        patching.install("worker.init_distributed", worker_patches.wrap_init_distributed)
+
+
+# ---- runtime pauses ----------------------------------------------------------------------------
+
+
+class FakeDevice(runtime.DeviceOps):
+    def __init__(self, log=None, free=1 << 40):
+        self.log = log if log is not None else []
+        self.free = free
+
+    def empty_cache(self):
+        self.log.append("empty_cache")
+
+    def free_memory(self):
+        return self.free
+
+    def stop_region(self):
+        self.log.append("stop_region")
+
+    def resume_region(self):
+        self.log.append("resume_region")
+
+    def private_pool(self):
+        self.log.append("new_pool")
+        return "pool"
+
+    def use_pool(self, pool):
+        log = self.log
+
+        class Ctx:
+            def __enter__(self):
+                log.append(f"use:{pool}")
+
+            def __exit__(self, *exc):
+                log.append("unuse")
+
+        return Ctx()
+
+
+class FakeSession:
+    def __init__(self, mode, state=None, archive=None, log=None):
+        self.mode = mode
+        self.state = state
+        self.archive = archive
+        self.log = log if log is not None else []
+        self.saved = None
+
+    def begin(self):
+        self.log.append("begin")
+
+    def determinism_boundary(self):
+        self.log.append("boundary")
+
+    def recorded_state(self):
+        return self.state if self.mode is Mode.LOAD else None
+
+    def load(self, instantiate="eager", threads=4):
+        self.log.append(("load", instantiate))
+        return self.archive
+
+    def save(self, graphs):
+        self.log.append("save")
+        self.saved = graphs
+        return "report"
+
+    def end(self):
+        self.log.append("end")
+
+    def _fall_back(self, cause):
+        self.log.append(("fallback", str(cause)))
+        self.mode = Mode.SAVE
+        return Mode.SAVE
+
+
+def test_pause_order_nesting_and_closed_region():
+    dev = FakeDevice()
+    rt = runtime.WorkerRuntime(FakeSession(Mode.SAVE), adapter_mod.VllmAdapter(fake_config()), dev)
+    with rt.paused():
+        dev.log.append("work")
+        with rt.paused():
+            dev.log.append("inner")
+    assert dev.log == ["empty_cache", "stop_region", "new_pool", "use:pool", "work", "inner", "unuse",
+                       "empty_cache", "resume_region"]
+    dev.log.clear()
+    rt.skipped("something")
+    assert dev.log == ["empty_cache", "stop_region", "use:pool", "unuse", "empty_cache", "resume_region"]
+    rt.finish()
+    dev.log.clear()
+    with rt.paused():
+        dev.log.append("after")
+    assert dev.log == ["after"]
+
+
+def test_pause_resumes_the_region_when_the_work_fails():
+    dev = FakeDevice()
+    rt = runtime.WorkerRuntime(FakeSession(Mode.SAVE), adapter_mod.VllmAdapter(fake_config()), dev)
+    with pytest.raises(ValueError), rt.paused():
+        raise ValueError("boom")
+    assert dev.log[-1] == "resume_region"
+
+
+def test_instantiate_mode_setting(monkeypatch):
+    assert runtime.instantiate_mode() == ("eager", 4)
+    monkeypatch.setenv("FOUNDRY_VLLM_INSTANTIATE", "background")
+    assert runtime.instantiate_mode()[0] == "background"
+    monkeypatch.setenv("FOUNDRY_VLLM_INSTANTIATE", "later")
+    with pytest.raises(InvalidArgumentError, match="FOUNDRY_VLLM_INSTANTIATE"):
+        runtime.instantiate_mode()
+
+
+# ---- capture helpers ---------------------------------------------------------------------------
+
+
+class Tensor:
+    def __init__(self, ptr, is_cuda=True):
+        self.ptr, self.is_cuda = ptr, is_cuda
+
+    def data_ptr(self):
+        return self.ptr
+
+
+def test_graph_names_and_addresses():
+    @dataclasses.dataclass(frozen=True)
+    class Desc:
+        cg_mode: CGMode
+        num_tokens: int
+        num_reqs: int | None = None
+
+    assert capture_patches.graph_name(Desc(CGMode.FULL_DECODE_ONLY, 8, 8)) == \
+        "cg_mode=FULL_DECODE_ONLY,num_tokens=8,num_reqs=8"
+    shared = types.SimpleNamespace(seq_lens=Tensor(0x10), cpu=Tensor(0x99, is_cuda=False), n=3)
+    state = ({"l1": shared, "l0": shared}, {"l0": Tensor(0x20)})
+    assert capture_patches.tensor_addresses(state) == {"[0][l0].seq_lens": 0x10, "[1][l0]": 0x20}
+    saved = {"g": {"a": 1, "b": 2}}
+    assert capture_patches.address_mismatch(saved, {"g": {"a": 1, "b": 2, "c": 5}}) is None
+    assert "metadata b at 0x3, at SAVE 0x2" in capture_patches.address_mismatch(saved, {"g": {"a": 1, "b": 3}})
+
+
+def test_observing_factory_quiets_both_factory_shapes():
+    sink: dict = {}
+    calls = []
+    tuple_factory = capture_patches.observing(lambda d, w: (lambda m: calls.append(m), {"t": Tensor(7)}), sink,
+                                              quiet=True)
+    fn, state = tuple_factory("desc", False)
+    fn("NONE")
+    assert calls == [] and sink == {"desc": {"[t]": 7}}
+    plain_factory = capture_patches.observing(lambda d, w: (lambda m: calls.append(m)), sink, quiet=False)
+    plain_factory("d2", False)("NONE")
+    assert calls == ["NONE"] and "d2" not in sink
+
+
+def test_swapped_restores_attributes_on_error():
+    owner = types.SimpleNamespace(a=1)
+    with pytest.raises(RuntimeError), capture_patches.swapped(owner, a=2):
+        assert owner.a == 2
+        raise RuntimeError
+    assert owner.a == 1
+
+
+# ---- SAVE and LOAD flows over the fake vLLM ------------------------------------------------------
+
+
+class FakeRestored:
+    def __init__(self, name, index, log):
+        self.name, self.index, self.log = name, index, log
+
+    def replay(self, stream=None):
+        self.log.append(("replay", self.name))
+
+
+class FakeArchive:
+    def __init__(self, names, log, hidden):
+        self.graphs = [FakeRestored(n, i, log) for i, n in enumerate(names)]
+        self.hidden = hidden
+        self.closed = False
+        self.times = types.SimpleNamespace(images_s=0.0, build_s=0.0, instantiate_s=0.0)
+
+    def __iter__(self):
+        return iter(self.graphs)
+
+    def outputs(self, i):
+        return (self.hidden,)
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def worker_env(fake_vllm, monkeypatch, tmp_path):
+    """Installs the worker and capture seams over the fake vLLM; returns a start(mode, ...) helper
+    that runs one worker start-up and returns (log, session, worker, device log)."""
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    monkeypatch.setattr(worker_patches, "preload_active", lambda: True)
+    worker_patches.install()
+    capture_patches.install()
+    cg = fake_vllm["vllm.v1.worker.gpu.cudagraph_utils"]
+    worker_mod = fake_vllm["vllm.v1.worker.gpu_worker"]
+
+    def start(mode, state=None, archive_names=None, metadata_ptr=0x5000, blocks=64, config=None):
+        cg.LOG.clear()
+        log = cg.LOG
+        monkeypatch.setenv("FOUNDRY_MODE", mode)
+        archive = FakeArchive(archive_names, log, cg.FakeTensor(0x7000)) if archive_names is not None else None
+        session = FakeSession(Mode(mode), state=state, archive=archive, log=log)
+        monkeypatch.setattr(runtime, "EngineSession", lambda *a, **k: session)
+        dev_log: list = []
+        monkeypatch.setattr(runtime, "DeviceOps", lambda: FakeDevice(dev_log))
+        runtime.reset()
+        cfg = config or fake_config(**{"compilation_config.cudagraph_mode": cg.CUDAGraphMode.FULL_DECODE_ONLY})
+        worker = worker_mod.Worker(cfg)
+        worker.init_device()
+        worker.model_runner.metadata_ptr = metadata_ptr
+        kv = worker.determine_available_memory()
+        worker.initialize_from_config(types.SimpleNamespace(num_blocks=blocks))
+        worker.compile_or_warm_up_model()
+        return log, session, worker, kv, dev_log
+
+    return start
+
+
+def _saved_state(rt_state: dict) -> Any:
+    return types.SimpleNamespace(kv_cache_bytes=rt_state["kv_cache_bytes"], kv_cache_blocks=rt_state["kv_cache_blocks"],
+                                 adapter={k: v for k, v in rt_state.items()
+                                          if k not in ("kv_cache_bytes", "kv_cache_blocks")})
+
+
+def test_save_flow(worker_env):
+    log, session, worker, kv, dev = worker_env("save")
+    steps = [e for e in log if isinstance(e, str)]
+    assert steps[:4] == ["set_device", "begin", "nccl", "boundary"]
+    assert kv == 1000 and "profile_run" in steps and "kernel_warmup" in steps
+    # SAVE-only work ran paused: three pauses (profiling, compile warmup, kernel warmup).
+    assert dev.count("stop_region") == 3 and dev.count("resume_region") == 3
+    assert steps.index("save") < steps.index("end") < steps.index("warmup_kernels")
+    forwards = [e for e in log if isinstance(e, tuple) and e[0] == "forward"]
+    assert len(forwards) == 6  # a warmup and a capture forward per graph
+    manager = worker.model_runner.cudagraph_manager
+    assert all(isinstance(g, KeepGraph) and g.keep_graph for g in manager.graphs.values())
+    assert list(session.saved) == [capture_patches.graph_name(d) for d in manager.graphs]
+    assert all(out[0] is manager.hidden_states for _, out in session.saved.values())
+    state = runtime.current().adapter.state
+    assert state["kv_cache_bytes"] == 1000 and state["kv_cache_blocks"] == 64
+    assert state["outputs"] == {"hidden_states": 1, "aux_hidden_states": 0}
+    assert set(state["attention_addresses"]) == set(session.saved)
+
+
+def test_load_flow_restores_instead_of_capturing(worker_env, monkeypatch):
+    _, _, _, _, _ = worker_env("save")
+    saved_names = list(runtime.current().session.saved)
+    state = _saved_state(runtime.current().adapter.state)
+    log, session, worker, kv, dev = worker_env("load", state=state, archive_names=saved_names)
+    steps = [e for e in log if isinstance(e, str)]
+    assert kv == 1000 and worker.available_kv_cache_memory_bytes == 1000
+    assert "profile_run" not in steps and "kernel_warmup" not in steps
+    assert not any(isinstance(e, tuple) and e[0] in ("forward", "dummy_run") for e in log)
+    assert ("load", "eager") in log and "save" not in steps
+    assert steps.index("end") < steps.index("warmup_kernels")
+    manager = worker.model_runner.cudagraph_manager
+    assert [g.name for g in manager.graphs.values()] == saved_names and manager._graphs_captured
+    assert manager.hidden_states.data_ptr() == 0x7000 and manager._foundry_archive is session.archive
+    desc = next(iter(manager.graphs))
+    manager.run_fullgraph(desc)
+    assert log[-1] == ("replay", capture_patches.graph_name(desc))
+    # LOAD mirrors SAVE's cache flushes and pauses, with no work inside them.
+    assert dev.count("empty_cache") == 6 and dev.count("stop_region") == 3
+
+
+def test_load_flow_can_skip_the_jit_warmup(worker_env, monkeypatch):
+    worker_env("save")
+    names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
+    monkeypatch.setenv("FOUNDRY_VLLM_JIT_WARMUP", "0")
+    log, *_ = worker_env("load", state=state, archive_names=names)
+    assert "warmup_kernels" not in log
+
+
+def test_load_falls_back_when_a_graph_is_missing(worker_env):
+    worker_env("save")
+    names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
+    log, session, worker, _, _ = worker_env("load", state=state, archive_names=names[:-1])
+    assert any(isinstance(e, tuple) and e[0] == "fallback" and "missing" in e[1] for e in log)
+    assert session.archive.closed and session.mode is Mode.SAVE and "save" in log  # captured and saved afresh
+    assert all(isinstance(g, KeepGraph) for g in worker.model_runner.cudagraph_manager.graphs.values())
+
+
+def test_load_falls_back_when_attention_metadata_moved(worker_env):
+    worker_env("save")
+    names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
+    log, session, worker, _, _ = worker_env("load", state=state, archive_names=names, metadata_ptr=0x5100)
+    fallback = [e for e in log if isinstance(e, tuple) and e[0] == "fallback"]
+    assert fallback and "seq_lens at 0x5100, at SAVE 0x5000" in fallback[0][1]
+    assert session.mode is Mode.SAVE and "save" in log
+
+
+def test_load_falls_back_when_the_kv_cache_differs(worker_env):
+    worker_env("save")
+    names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
+    log, session, *_ = worker_env("load", state=state, archive_names=names, blocks=65)
+    assert any(isinstance(e, tuple) and e[0] == "fallback" and "65 blocks" in e[1] for e in log)
+
+
+def test_unsupported_configuration_is_refused_before_the_device(worker_env, fake_vllm):
+    cg = fake_vllm["vllm.v1.worker.gpu.cudagraph_utils"]
+    cfg = fake_config(**{"compilation_config.cudagraph_mode": cg.CUDAGraphMode.PIECEWISE})
+    with pytest.raises(modes.UnsupportedConfigError, match="cudagraph_mode=PIECEWISE"):
+        worker_env("save", config=cfg)
+    assert "set_device" not in cg.LOG
+
+
+def test_worker_without_preload_is_refused(worker_env, monkeypatch):
+    monkeypatch.setattr(worker_patches, "preload_active", lambda: False)
+    with pytest.raises(StateError, match="VLLM_ENABLE_V1_MULTIPROCESSING=0"):
+        worker_env("save")
+
+
+def test_foundry_off_leaves_vllm_alone(worker_env, fake_vllm, monkeypatch):
+    cg = fake_vllm["vllm.v1.worker.gpu.cudagraph_utils"]
+    monkeypatch.setenv("FOUNDRY_MODE", "off")
+    worker = fake_vllm["vllm.v1.worker.gpu_worker"].Worker(fake_config())
+    cg.LOG.clear()
+    worker.init_device()
+    assert worker.determine_available_memory() == 1000
+    worker.initialize_from_config(types.SimpleNamespace(num_blocks=3))
+    worker.compile_or_warm_up_model()
+    assert runtime.current() is None and "profile_run" in cg.LOG and "kernel_warmup" in cg.LOG
+    assert all(isinstance(g, FakeCUDAGraph) and not g.keep_graph
+               for g in worker.model_runner.cudagraph_manager.graphs.values())
+
+
+def test_import_checker_accepts_the_fake_vllm_and_rejects_changes(fake_vllm):
+    from vllm_foundry import contract
+
+    faked = [s for s in seams.SEAMS if s.module in fake_vllm]
+    assert len(faked) >= 14
+    assert {s.name: contract._check_import(s) for s in faked} == {s.name: None for s in faked}
+    worker = fake_vllm["vllm.v1.worker.gpu_worker"].Worker
+    worker.initialize_from_config = lambda self, config: None
+    problem = contract._check_import(seams.seam("worker.initialize_from_config"))
+    assert problem and "expected to start with (self, kv_cache_config)" in problem
