@@ -219,13 +219,13 @@ class EngineSession:
                 logger.info("foundry: no archive for rank %d at %s; this start captures and saves one",
                             self.rank, self.rank_dir)
                 return Mode.SAVE
-            return self._fall_back(exc)
+            return self.fall_back(exc)
         except ARCHIVE_PROBLEMS as exc:
-            return self._fall_back(exc)
+            return self.fall_back(exc)
         try:
             self._check_archive()
         except ARCHIVE_PROBLEMS as exc:
-            return self._fall_back(exc)
+            return self.fall_back(exc)
         logger.info("foundry: rank %d loads the archive %s", self.rank, self.rank_dir)
         return Mode.LOAD
 
@@ -244,8 +244,12 @@ class EngineSession:
             raise MismatchError(f"{self.rank_dir} is stale: {mismatch}")
         self._state = read_state(self.rank_dir)
 
-    def _fall_back(self, cause: FoundryError) -> Mode:
-        """Applies the fallback policy to ``cause``; returns the mode the engine continues in."""
+    def fall_back(self, cause: FoundryError) -> Mode:
+        """Applies the fallback policy to ``cause``; returns the mode the engine continues in.
+
+        Adapters call it when they find, at one of their own seams, that the archive cannot be
+        used (e.g. the engine wants other capture sizes): the same log line, hook and mode change
+        as the session's own checks, and with FOUNDRY_FALLBACK=0 the cause is raised."""
         if not self.fallback_allowed:
             raise type(cause)(f"{cause} ({FALLBACK_ENV}=0: not starting without the archive)") from cause
         new = Mode.SAVE if self.requested is Mode.AUTO else Mode.OFF
@@ -296,7 +300,7 @@ class EngineSession:
             assert self._state is not None
             boundary = self._state.scratch_boundary
             if cursor > boundary:
-                self._fall_back(DivergenceError(
+                self.fall_back(DivergenceError(
                     f"the allocations before the determinism boundary reach offset {cursor:#x}, past the {boundary:#x} "
                     "SAVE sealed at"))
                 if self.mode is Mode.OFF:
@@ -331,7 +335,7 @@ class EngineSession:
             restored = graph_io.load_graphs(self.rank_dir, mode=instantiate, threads=threads,
                                             fingerprint=self.fingerprint)
         except ARCHIVE_PROBLEMS as exc:
-            self._fall_back(exc)
+            self.fall_back(exc)
             return None
         logger.info("foundry: rank %d restored %d graphs from %s", self.rank, len(restored), self.rank_dir)
         return restored

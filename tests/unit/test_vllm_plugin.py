@@ -740,7 +740,7 @@ class FakeSession:
     def end(self):
         self.log.append("end")
 
-    def _fall_back(self, cause):
+    def fall_back(self, cause):
         self.log.append(("fallback", str(cause)))
         self.mode = Mode.SAVE
         return Mode.SAVE

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from foundry_core.engine import EngineSession, Mode, get_plugin_manager, resolve_settings
-from foundry_core.errors import FoundryError, InvalidArgumentError, StateError
+from foundry_core.errors import FoundryError, InvalidArgumentError
 
 from vllm_foundry.adapter import VllmAdapter
 
@@ -182,15 +182,9 @@ class WorkerRuntime:
 
     def fall_back(self, cause: FoundryError) -> Mode:
         """Applies the session's fallback policy to ``cause`` (logs it, calls foundry_on_fallback,
-        mode becomes SAVE or OFF, raises with FOUNDRY_FALLBACK=0); returns the new mode.
-
-        foundry_core.engine has no public way to fall back after construction yet; this uses the
-        session's own policy method so the behaviour stays identical.
-        """
-        policy = getattr(self.session, "_fall_back", None)
-        if policy is None:
-            raise StateError(f"cannot fall back from the archive: {cause}") from cause
-        mode = policy(cause)
+        mode becomes SAVE or OFF, raises with FOUNDRY_FALLBACK=0), then drops the restored graphs;
+        returns the new mode."""
+        mode = self.session.fall_back(cause)
         if mode is Mode.OFF:
             self._ended = True
         if self.archive is not None:
