@@ -25,20 +25,10 @@ from foundry_core.inspect import image_file_info, payload_dump, summarize
 from foundry_core.manifest import write_manifest
 from foundry_core.verify import FAIL, OK, SKIPPED, verify_archive
 
-REGION_BASE = 0x6000_0000_0000
-REGION_SIZE = 1 << 30
-IMAGE_A = 0xA1B2C3D4E5F60718  # above 2^53: must stay exact through JSON
-IMAGE_B = 0x0123456789ABCDEF
+from archive_factory import CUBIN, FINGERPRINT, GEMM, IMAGE_A, IMAGE_B, INIT, KERNEL, PTX, REGION_BASE, REGION_SIZE
+
 IMAGE_C = 0x00000000000000CC
-KERNEL = "_Z6kernelPfi"
-INIT = "_Z4initv"
-GEMM = "gemm_kernel"
-FINGERPRINT = {
-    "gpu_name": "NVIDIA H200", "compute_capability": "9.0", "driver_version": 13000, "cuda_runtime": "13.0",
-    "torch_version": "2.9.0", "foundry_version": "0.1.0", "engine": "synthetic",
-}
-CUBIN = b"\x7fELF\x02\x01\x01" + bytes(57)  # only the first bytes matter: the kind is not parsed further
-PTX = b".version 9.0\n.target sm_90\n.entry gemm_kernel()\n{\n ret;\n}\n\x00"
+# IMAGE_A is above 2^53: it must stay exact through JSON.
 
 
 # ---- building synthetic archives ------------------------------------------------------------

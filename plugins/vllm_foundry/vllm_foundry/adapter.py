@@ -26,6 +26,8 @@ from typing import Any
 
 from foundry_core.engine import Mode
 
+from vllm_foundry.modes import config_value as _get
+
 logger = logging.getLogger("foundry.vllm")
 
 ENGINE_NAME = "vllm"
@@ -62,14 +64,6 @@ def plain(value: Any, depth: int = 0) -> Any:
             pass
     text = str(value)
     return type(value).__name__ if " at 0x" in text else text
-
-
-def _get(obj: Any, *path: str, default: Any = None) -> Any:
-    for name in path:
-        if obj is None:
-            return default
-        obj = getattr(obj, name, None)
-    return default if obj is None else obj
 
 
 def _vllm_version() -> str:

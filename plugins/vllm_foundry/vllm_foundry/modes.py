@@ -48,7 +48,9 @@ def cudagraph_mode_problem(mode: Any) -> str | None:
             f"pass {CUDAGRAPH_MODE_FLAG})")
 
 
-def _get(obj: Any, *path: str, default: Any = None) -> Any:
+def config_value(obj: Any, *path: str, default: Any = None) -> Any:
+    """``obj.a.b.c`` for path ("a", "b", "c"), or ``default`` where any step is missing or None
+    (vLLM's config objects differ between releases)."""
     for name in path:
         if obj is None:
             return default
@@ -60,12 +62,12 @@ def unsupported_settings(vllm_config: Any, use_v2_model_runner: bool | None = No
     """Every setting of ``vllm_config`` this version cannot handle, as one message each."""
     problems = []
     if use_v2_model_runner is None:
-        use_v2_model_runner = bool(_get(vllm_config, "use_v2_model_runner", default=False))
-    if _get(vllm_config, "model_config", "enforce_eager", default=False):
+        use_v2_model_runner = bool(config_value(vllm_config, "use_v2_model_runner", default=False))
+    if config_value(vllm_config, "model_config", "enforce_eager", default=False):
         problems.append("enforce_eager=True captures no CUDA graphs, so there is nothing to save or restore "
                         "(drop --enforce-eager)")
     else:
-        problem = cudagraph_mode_problem(_get(vllm_config, "compilation_config", "cudagraph_mode"))
+        problem = cudagraph_mode_problem(config_value(vllm_config, "compilation_config", "cudagraph_mode"))
         if problem:
             problems.append(problem)
     if not use_v2_model_runner:
@@ -74,16 +76,16 @@ def unsupported_settings(vllm_config: Any, use_v2_model_runner: bool | None = No
     for label, path in (("tensor_parallel_size", ("parallel_config", "tensor_parallel_size")),
                         ("pipeline_parallel_size", ("parallel_config", "pipeline_parallel_size")),
                         ("data_parallel_size", ("parallel_config", "data_parallel_size"))):
-        value = _get(vllm_config, *path, default=1)
+        value = config_value(vllm_config, *path, default=1)
         if value != 1:
             problems.append(f"{label}={value} is not supported (one GPU only in this version)")
-    if _get(vllm_config, "speculative_config") is not None:
+    if config_value(vllm_config, "speculative_config") is not None:
         problems.append("speculative decoding is not supported")
-    if _get(vllm_config, "lora_config") is not None:
+    if config_value(vllm_config, "lora_config") is not None:
         problems.append("LoRA is not supported")
-    if _get(vllm_config, "model_config", "enable_sleep_mode", default=False):
+    if config_value(vllm_config, "model_config", "enable_sleep_mode", default=False):
         problems.append("sleep mode is not supported (its allocator bypasses the deterministic region)")
-    if _get(vllm_config, "parallel_config", "enable_dbo", default=False):
+    if config_value(vllm_config, "parallel_config", "enable_dbo", default=False):
         problems.append("dual-batch overlap (enable_dbo) is not supported")
     return problems
 
