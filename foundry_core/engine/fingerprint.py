@@ -67,7 +67,13 @@ def _canonical(value: Any, path: str) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidArgumentError(f"{path}: {value!r} has no stable JSON form")
     if isinstance(value, _SCALARS):
-        return value
+        # The exact base type: an IntEnum or str subclass would otherwise compare and print
+        # differently from the plain value the archive stores.
+        if value is None or type(value) in _SCALARS:
+            return value
+        if isinstance(value, str):
+            return value.encode().decode()  # str() of a str-mixin enum may give "Class.MEMBER"
+        return next(base(value) for base in (bool, int, float) if isinstance(value, base))
     if isinstance(value, Mapping):
         out = {}
         for k, v in value.items():

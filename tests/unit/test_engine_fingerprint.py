@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 
 import pytest
@@ -179,3 +180,21 @@ def test_config_hash_ignores_key_order(config, rnd: random.Random):
     rnd.shuffle(items)
     assert config_hash(dict(items)) == config_hash(config)
     assert canonical_json(dict(items)) == canonical_json(config)
+
+
+def test_scalar_subclasses_become_plain_values():
+    # An adapter handing over an IntEnum (vLLM's CompilationMode) or a str-mixin enum must get the
+    # same field a JSON round trip gives back, or LOAD calls its own archive stale.
+    import enum
+
+    class Level(enum.IntEnum):
+        THREE = 3
+
+    class Name(str, enum.Enum):
+        AUTO = "auto"
+
+    fp = engine_fingerprint("eng", "1.0", {"m": 1}, [1], ParallelConfig(), 0,
+                            knobs={"level": Level.THREE, "name": Name.AUTO})
+    assert type(fp["engine.knob.level"]) is int and fp["engine.knob.level"] == 3
+    assert type(fp["engine.knob.name"]) is str and fp["engine.knob.name"] == "auto"
+    assert describe_mismatch(json.loads(json.dumps(fp)), fp) is None

@@ -596,6 +596,22 @@ def test_adapter_plain_values_are_stable():
     assert adapter_mod.plain(float("nan")) == "nan"
 
 
+def test_adapter_int_enum_knobs_survive_the_archive_round_trip():
+    # vLLM's CompilationMode is an IntEnum: it must be written and compared by name, or a LOAD
+    # compares the saved 3 with the live enum and calls its own archive stale.
+    import json
+
+    from foundry_core.engine.fingerprint import describe_mismatch
+
+    class CompilationMode(enum.IntEnum):
+        VLLM_COMPILE = 3
+
+    assert adapter_mod.plain(CompilationMode.VLLM_COMPILE) == "VLLM_COMPILE"
+    fp = fingerprint(fake_config(**{"compilation_config.mode": CompilationMode.VLLM_COMPILE}))
+    assert fp["engine.knob.compilation_mode"] == "VLLM_COMPILE"
+    assert describe_mismatch(json.loads(json.dumps(fp)), fp) is None
+
+
 def test_adapter_record_state_needs_the_kv_cache():
     adapter = adapter_mod.VllmAdapter(fake_config(), engine_version="0.25.0")
     assert adapter.foundry_record_state() is None

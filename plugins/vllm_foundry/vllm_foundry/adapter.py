@@ -42,12 +42,12 @@ def plain(value: Any, depth: int = 0) -> Any:
     hold an address (else only the type name)."""
     if depth > 8:
         return type(value).__name__
+    if isinstance(value, enum.Enum):  # before int/str: IntEnum and StrEnum are both
+        return value.name
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
         return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
-    if isinstance(value, enum.Enum):
-        return value.name
     if isinstance(value, Mapping):
         return {str(k): plain(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
