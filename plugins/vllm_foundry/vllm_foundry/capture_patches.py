@@ -326,7 +326,8 @@ def wrap_capture_model(original: Callable[..., Any]) -> Callable[..., Any]:
         rt.phase = Phase.CAPTURE
         rt.runner = self
         try:
-            return original(self, *args, **kwargs)
+            with runtime.timed("capture_model (capture or restore)"):
+                return original(self, *args, **kwargs)
         finally:
             rt.phase = Phase.WARMUP
             rt.finish()

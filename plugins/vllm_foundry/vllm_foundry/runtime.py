@@ -23,6 +23,7 @@ import contextlib
 import enum
 import logging
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -66,6 +67,17 @@ def instantiate_mode() -> tuple[str, int]:
     except ValueError:
         raise InvalidArgumentError(f"{INSTANTIATE_THREADS_ENV} must be an integer") from None
     return mode, max(threads, 1)
+
+
+@contextlib.contextmanager
+def timed(what: str) -> Iterator[None]:
+    """Logs how long the body took: one line per startup step, so every second from process
+    start to ready can be accounted for from the log."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        logger.info("foundry: %s took %.2f s", what, time.perf_counter() - start)
 
 
 class DeviceOps:
@@ -236,4 +248,4 @@ def reset() -> None:
     _current = None
 
 
-__all__ = ["Phase", "WorkerRuntime", "DeviceOps", "current", "start", "reset", "env_flag", "instantiate_mode"]
+__all__ = ["Phase", "WorkerRuntime", "DeviceOps", "current", "start", "reset", "env_flag", "instantiate_mode", "timed"]

@@ -106,10 +106,7 @@ def wrap_determine_available_memory(original: Callable[..., Any]) -> Callable[..
                 rt.adapter.state["kv_cache_bytes"] = kv_bytes
                 logger.info("foundry: KV cache of %d bytes, as recorded at SAVE", kv_bytes)
                 return kv_bytes
-        if rt.region_open:
-            with rt.paused():
-                result = original(self, *args, **kwargs)
-        else:
+        with runtime.timed("memory profiling"), rt.paused():
             result = original(self, *args, **kwargs)
         rt.adapter.state["kv_cache_bytes"] = int(result)
         return result
@@ -147,7 +144,8 @@ def wrap_compile_or_warm_up_model(original: Callable[..., Any]) -> Callable[...,
             return original(self, *args, **kwargs)
         rt.phase = Phase.WARMUP
         try:
-            return original(self, *args, **kwargs)
+            with runtime.timed("compile_or_warm_up_model (warmup, capture or restore, JIT warmup)"):
+                return original(self, *args, **kwargs)
         finally:
             rt.phase = Phase.SERVING
             rt.finish()  # no-op after the capture phase ended it
@@ -168,7 +166,7 @@ def wrap_dummy_run(original: Callable[..., Any]) -> Callable[..., Any]:
         if rt.mode is Mode.LOAD:
             rt.skipped("a compile-warmup forward")
             return None, None
-        with rt.paused():
+        with runtime.timed("a compile-warmup forward"), rt.paused():
             return original(self, *args, **kwargs)
 
     return _dummy_run
@@ -182,7 +180,7 @@ def wrap_kernel_warmup(original: Callable[..., Any]) -> Callable[..., Any]:
         if rt.mode is Mode.LOAD:
             rt.skipped("kernel warmup (JIT, autotuning)")
             return None
-        with rt.paused():
+        with runtime.timed("kernel warmup"), rt.paused():
             return original(*args, **kwargs)
 
     return kernel_warmup
@@ -199,10 +197,8 @@ def wrap_warmup_kernels(original: Callable[..., Any]) -> Callable[..., Any]:
             else:
                 logger.info("foundry: LOAD skips vLLM's JIT warmup (%s=0)", runtime.JIT_WARMUP_ENV)
             return None
-        if rt.region_open:
-            with rt.paused():
-                return original(*args, **kwargs)
-        return original(*args, **kwargs)
+        with runtime.timed("vLLM's JIT warmup (warmup_kernels: one prefill and one decode step)"), rt.paused():
+            return original(*args, **kwargs)
 
     return warmup_kernels
 
