@@ -8,7 +8,8 @@
 #   MODEL_DIR    default /tmp/tiny-qwen3 (written with tiny_model.py when missing; dummy weights)
 #   ARCHIVE_DIR  default /tmp/foundry-vllm-archive (removed first: the first start SAVEs)
 # Env: BASELINE=1 adds a start without Foundry (FOUNDRY_MODE=off) to the comparison;
-#      SIZES (default "1 2 4 8 16 32 64 128") capture sizes; PORT (8011); PYTHON (python3);
+#      SIZES (default "1 2 4 8 16 32 64 128") capture sizes; MAX_MODEL_LEN (2048); PORT (8011);
+#      PYTHON (python3);
 #      VLLM_ENV: a file to source first (the GPU machine's pack: /tmp/site/vllm-env.sh);
 #      TINY_MODEL: tiny_model.py (default: the enginepack's); SERVE_TIMEOUT (600 s).
 # Output: OUT_DIR (default /tmp/foundry-vllm-recipe) holds one log and one JSON per start.
@@ -18,6 +19,7 @@ MODEL="${2:-/tmp/tiny-qwen3}"
 ARCHIVE="${3:-/tmp/foundry-vllm-archive}"
 SIZES="${SIZES:-1 2 4 8 16 32 64 128}"
 PORT="${PORT:-8011}"
+MAX_MODEL_LEN="${MAX_MODEL_LEN:-2048}"
 PYTHON="${PYTHON:-python3}"
 OUT="${OUT_DIR:-/tmp/foundry-vllm-recipe}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -39,33 +41,11 @@ fi
 rm -rf "$ARCHIVE"
 
 # ---- offline LLM API ----------------------------------------------------------------------------
-LLM_SCRIPT="$OUT/llm_start.py"
-cat > "$LLM_SCRIPT" <<'EOF'
-import json, sys, time
-
-def main():
-    model, sizes, out = sys.argv[1], [int(s) for s in sys.argv[2].split()], sys.argv[3]
-    t0 = time.time()
-    from vllm import LLM, SamplingParams
-    llm = LLM(model=model, load_format="dummy", attention_backend="FLASH_ATTN", max_model_len=2048,
-              gpu_memory_utilization=0.5, seed=0,
-              compilation_config={"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": sizes})
-    init = time.time() - t0
-    prompts = [f"hello world the model number {i} said" for i in range(32)]
-    outs = llm.generate(prompts, SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True))
-    tokens = [list(o.outputs[0].token_ids) for o in outs]
-    json.dump({"init_s": init, "tokens": tokens}, open(out, "w"))
-    print(f"LLM init {init:.1f} s, {sum(map(len, tokens))} tokens generated")
-
-if __name__ == "__main__":
-    main()
-EOF
-
 run_llm() {  # NAME FOUNDRY_MODE
   echo "=== $1: LLM(...) with FOUNDRY_MODE=$2"
-  FOUNDRY_ARCHIVE="$ARCHIVE" FOUNDRY_MODE="$2" "$PYTHON" "$LLM_SCRIPT" "$MODEL" "$SIZES" "$OUT/$1.json" \
-    > "$OUT/$1.log" 2>&1 || { tail -n 60 "$OUT/$1.log"; exit 1; }
-  grep -E "foundry|LLM init|Graph capturing finished|init engine" "$OUT/$1.log" || true
+  FOUNDRY_ARCHIVE="$ARCHIVE" FOUNDRY_MODE="$2" "$PYTHON" "$HERE/start.py" "$MODEL" "$OUT/$1.json" \
+    --sizes "$SIZES" --max-model-len "$MAX_MODEL_LEN" > "$OUT/$1.log" 2>&1 || { tail -n 60 "$OUT/$1.log"; exit 1; }
+  grep -E "foundry|ready |Graph capturing finished|init engine" "$OUT/$1.log" || true
 }
 
 # ---- vllm serve ---------------------------------------------------------------------------------
@@ -75,7 +55,7 @@ run_serve() {  # NAME FOUNDRY_MODE
   t0=$(date +%s.%N)
   # shellcheck disable=SC2086
   "$PYTHON" -m vllm.entrypoints.cli.main serve "$MODEL" --load-format dummy --attention-backend FLASH_ATTN \
-    --served-model-name tiny --max-model-len 2048 --gpu-memory-utilization 0.5 --seed 0 \
+    --served-model-name tiny --max-model-len "$MAX_MODEL_LEN" --gpu-memory-utilization 0.5 --seed 0 \
     -cc.cudagraph_mode=FULL_DECODE_ONLY --cudagraph-capture-sizes $SIZES \
     --foundry-archive "$ARCHIVE" --foundry-mode "$2" --host 127.0.0.1 --port "$PORT" > "$OUT/$1.log" 2>&1 &
   pid=$!
@@ -107,7 +87,7 @@ for i in range(32):
     with urllib.request.urlopen(req, timeout=120) as r:
         choice = json.load(r)["choices"][0]
     tokens.append(choice.get("token_ids") or choice["text"])
-json.dump({"init_s": ready, "tokens": tokens}, open(out, "w"))
+json.dump({"ready_s": ready, "tokens": tokens}, open(out, "w"))
 print(f"/health 200 after {ready:.1f} s")
 EOF
   kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
@@ -130,7 +110,7 @@ import json, sys
 out, names = sys.argv[1], sys.argv[2:]
 runs = {n: json.load(open(f"{out}/{n}.json")) for n in names}
 for n, r in runs.items():
-    print(f"{n:9s} init {r['init_s']:6.1f} s")
+    print(f"{n:9s} ready {r['ready_s']:6.1f} s")
 ref = runs[names[0]]["tokens"]
 bad = [n for n in names[1:] if runs[n]["tokens"] != ref]
 if bad:

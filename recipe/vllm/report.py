@@ -1,0 +1,98 @@
+"""Tables from the JSON and logs that ``start.py`` runs leave behind.
+
+Usage:
+  python report.py compare REFERENCE.json RUN.json...   identical greedy tokens? (exit 1 if not)
+  python report.py timing DIR                           time to ready, graph phase, TPOT per run
+
+``timing`` reads DIR/<run>.json and DIR/<run>.log for the runs captured-cold, captured-warm,
+eager, save and load (those present), and takes the startup steps from vLLM's and Foundry's log
+lines, so every second from process start to ready is accounted for.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+RUNS = ("captured-cold", "captured-warm", "eager", "save", "load")
+TPOT_BATCHES = ("1", "8", "32", "128")
+# (label, pattern with one number group): the startup steps as the logs name them.
+STEPS = (
+    ("weights", r"Model loading took [\d.]+ GiB(?: memory)? and ([\d.]+) seconds"),
+    ("torch.compile", r"torch\.compile takes? ([\d.]+) s"),
+    ("memory profiling", r"foundry: memory profiling took ([\d.]+) s"),
+    ("graph capture (vLLM)", r"Graph capturing finished in ([\d.]+) secs"),
+    ("capture/restore (foundry)", r"foundry: capture_model \(capture or restore\) took ([\d.]+) s"),
+    ("JIT warmup", r"foundry: vLLM's JIT warmup .* took ([\d.]+) s"),
+    ("warmup total", r"foundry: compile_or_warm_up_model .* took ([\d.]+) s"),
+    ("engine init (vLLM)", r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
+)
+
+
+def load(path: Path) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def compare(reference: str, runs: list[str]) -> int:
+    ref = load(Path(reference))["tokens"]
+    bad = 0
+    for run in runs:
+        tokens = load(Path(run))["tokens"]
+        same = tokens == ref
+        bad += not same
+        print(f"  {Path(run).stem}: {'identical' if same else 'DIFFERENT'} greedy tokens "
+              f"({len(tokens)} prompts) vs {Path(reference).stem}")
+    return 1 if bad else 0
+
+
+def steps(log: Path) -> dict[str, float]:
+    text = log.read_text(errors="replace") if log.exists() else ""
+    found = {}
+    for label, pattern in STEPS:
+        values = [float(m) for m in re.findall(pattern, text)]
+        if values:
+            found[label] = sum(values)
+    return found
+
+
+def timing(directory: str) -> int:
+    d = Path(directory)
+    present = [r for r in RUNS if (d / f"{r}.json").exists()]
+    if not present:
+        print(f"no runs in {d}")
+        return 1
+    header = ["run", "ready s", *[f"TPOT b{b} ms" for b in TPOT_BATCHES], "tokens vs captured-warm"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    ref = load(d / "captured-warm.json")["tokens"] if (d / "captured-warm.json").exists() else None
+    for run in present:
+        r = load(d / f"{run}.json")
+        tpot = [f"{r['tpot_ms'][b]:.2f}" if b in r.get("tpot_ms", {}) else "-" for b in TPOT_BATCHES]
+        same = "-" if ref is None or run == "captured-warm" else ("identical" if r["tokens"] == ref else "DIFFERENT")
+        print(f"| {run} | {r['ready_s']:.1f} | " + " | ".join(tpot) + f" | {same} |")
+    print()
+    labels = [label for label, _ in STEPS]
+    table = {run: steps(d / f"{run}.log") for run in present}
+    print("| step (s) | " + " | ".join(present) + " |")
+    print("|" + "---|" * (len(present) + 1))
+    for label in labels:
+        if any(label in table[run] for run in present):
+            print(f"| {label} | " + " | ".join(f"{table[run][label]:.2f}" if label in table[run] else "-"
+                                                for run in present) + " |")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 3 and argv[0] == "compare":
+        return compare(argv[1], argv[2:])
+    if len(argv) == 2 and argv[0] == "timing":
+        return timing(argv[1])
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,97 @@
+"""One offline vLLM start, measured: time to ready, greedy completions, decode TPOT.
+
+Usage: python start.py MODEL_DIR OUT.json [--sizes "1 2 4 8"] [--eager] [--tpot 1,8,32,128]
+                       [--max-model-len 2048] [--gpu-memory-utilization 0.5]
+
+Foundry is configured by the environment (FOUNDRY_ARCHIVE, FOUNDRY_MODE), as for any offline
+``LLM(...)`` program. Writes OUT.json with:
+
+- ``ready_s``: process start (the kernel's start time of this process) to ``LLM(...)`` returning,
+  ``init_s``: the ``LLM(...)`` call alone;
+- ``tokens``: greedy completions (temperature 0, ``--tokens`` tokens, ``--prompts`` prompts);
+- ``tpot_ms``: per batch size, the median over ``--reps`` of (time of a generate with N+1 tokens -
+  time of one with 1 token) / N, i.e. the decode step time without the prefill.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+
+def process_start_time() -> float:
+    """This process's start (wall clock), from /proc: includes the interpreter's start."""
+    with open("/proc/self/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    start_ticks = int(fields[19])  # field 22: starttime, in clock ticks since boot
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    return time.time() - uptime + start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def prompts(n: int, offset: int = 0) -> list[str]:
+    return [f"hello world the model number {i + offset} said" for i in range(n)]
+
+
+def tpot_ms(llm, batch: int, tokens: int, reps: int) -> float:
+    from vllm import SamplingParams
+
+    def timed_generate(max_tokens: int) -> float:
+        params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+        start = time.perf_counter()
+        llm.generate(prompts(batch, 1000), params, use_tqdm=False)
+        return time.perf_counter() - start
+
+    timed_generate(tokens + 1)  # warm: first use of this batch size
+    samples = []
+    for _ in range(reps):
+        first = timed_generate(1)
+        full = timed_generate(tokens + 1)
+        samples.append((full - first) / tokens * 1e3)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model")
+    parser.add_argument("out")
+    parser.add_argument("--sizes", default="", help="CUDA-graph capture sizes (default: vLLM's)")
+    parser.add_argument("--eager", action="store_true", help="enforce_eager (no torch.compile, no graphs)")
+    parser.add_argument("--tpot", default="", help="batch sizes to measure TPOT at, e.g. 1,8,32,128")
+    parser.add_argument("--tpot-tokens", type=int, default=64)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.5)
+    args = parser.parse_args()
+
+    t0 = time.time()
+    from vllm import LLM, SamplingParams
+
+    compilation: dict = {"cudagraph_mode": "FULL_DECODE_ONLY"}
+    if args.sizes:
+        compilation["cudagraph_capture_sizes"] = [int(s) for s in args.sizes.split()]
+    llm = LLM(model=args.model, load_format="dummy", attention_backend="FLASH_ATTN", seed=0,
+              max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
+              enforce_eager=args.eager, compilation_config=None if args.eager else compilation)
+    ready = time.time()
+    result: dict = {"ready_s": ready - process_start_time(), "init_s": ready - t0,
+                    "foundry_mode": os.environ.get("FOUNDRY_MODE", "off"), "eager": args.eager}
+    outs = llm.generate(prompts(args.prompts), SamplingParams(max_tokens=args.tokens, temperature=0.0,
+                                                              ignore_eos=True), use_tqdm=False)
+    result["tokens"] = [list(o.outputs[0].token_ids) for o in outs]
+    result["tpot_ms"] = {b: tpot_ms(llm, int(b), args.tpot_tokens, args.reps)
+                         for b in args.tpot.split(",") if b.strip()}
+    with open(args.out, "w") as f:
+        json.dump(result, f)
+    tpot = " ".join(f"b{b}={ms:.2f}ms" for b, ms in result["tpot_ms"].items())
+    print(f"ready {result['ready_s']:.1f} s (LLM() {result['init_s']:.1f} s), "
+          f"{sum(map(len, result['tokens']))} tokens; TPOT {tpot or '-'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
