@@ -88,7 +88,9 @@ Status Reader::audit(uint64_t value, const std::string& where_base, int64_t para
   }
   if (c == AddressClass::kInsideNotLive) {
     return Error(FOUNDRY_ERR_AUDIT, where() + " points at " + hex(value) +
-                                        ", inside the region but in no live allocation (freed memory): LOAD could not reproduce it");
+                                        ", inside the region but in no live allocation (freed memory): LOAD could not "
+                                        "reproduce it. Region history of that address: " +
+                                        Region::instance().history(value));
   }
   const Driver* d = driver_if_open();
   unsigned int mem_type = 0;

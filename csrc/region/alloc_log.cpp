@@ -80,4 +80,26 @@ std::string AllocLog::describe_divergence() const {
   return buf;
 }
 
+std::string AllocLog::describe_offset(uint64_t offset) const {
+  // The newest event covering the offset, then the first free of that block after it.
+  for (size_t i = entries_.size(); i-- > 0;) {
+    const foundry_log_entry& e = entries_[i];
+    if (e.kind == static_cast<uint32_t>(LogKind::kFree) || offset < e.offset || offset >= e.offset + e.size) continue;
+    char buf[384];
+    std::snprintf(buf, sizeof(buf), "%s at seq %" PRIu64 " (offset 0x%" PRIx64 ", %" PRIu64 " bytes, tag '%s')",
+                  log_kind_name(e.kind), e.seq, e.offset, e.size, tag(e.tag).c_str());
+    std::string out = buf;
+    for (size_t j = i + 1; j < entries_.size(); ++j) {
+      const foundry_log_entry& f = entries_[j];
+      if (f.kind == static_cast<uint32_t>(LogKind::kFree) && f.offset == e.offset) {
+        std::snprintf(buf, sizeof(buf), ", freed at seq %" PRIu64 " (tag '%s')", f.seq, tag(f.tag).c_str());
+        out += buf;
+        break;
+      }
+    }
+    return out;
+  }
+  return "no region event ever covered it";
+}
+
 }  // namespace foundry

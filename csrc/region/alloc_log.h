@@ -42,6 +42,10 @@ class AllocLog {
   const foundry_log_entry& divergence_expected() const { return div_expected_; }
   const foundry_log_entry& divergence_actual() const { return div_actual_; }
   std::string describe_divergence() const;
+  // What the log knows about region offset `offset`: the last event whose range covers it (its
+  // kind, sequence number, size and tag) and, for an allocation, the free that ended it. For
+  // messages about stale pointers: "allocated at seq 12 (2097152 bytes, tag 'x'), freed at seq 40".
+  std::string describe_offset(uint64_t offset) const;
 
  private:
   std::vector<foundry_log_entry> entries_;

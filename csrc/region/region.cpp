@@ -343,6 +343,12 @@ AddressClass Region::classify(uint64_t addr, Block* block) {
   return AddressClass::kLive;
 }
 
+std::string Region::history(uint64_t addr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!set_ || addr < base_) return "outside the region";
+  return log_.describe_offset(addr - base_);
+}
+
 uint64_t Region::driver_calls() {
   std::lock_guard<std::mutex> lock(mu_);
   return driver_calls_;

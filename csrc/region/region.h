@@ -61,6 +61,8 @@ class Region {
   void note_outside(uint64_t size);
 
   AddressClass classify(uint64_t addr, Block* block);
+  // The allocation log's account of an address in the region (see AllocLog::describe_offset).
+  std::string history(uint64_t addr);
   uint64_t driver_calls();
 
   // Log access (under the region's lock).

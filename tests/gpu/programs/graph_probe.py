@@ -63,6 +63,16 @@ def case_inputs(case: str):
         # A tall-skinny product with a long K makes cuBLAS pick split-K with a reduce kernel.
         return [torch.randn(64, 16384, device="cuda", dtype=dt), torch.randn(16384, 256, device="cuda", dtype=dt),
                 torch.randn(2048, 4096, device="cuda", dtype=dt), torch.randn(4096, 4096, device="cuda", dtype=dt)]
+    if case == "decode_gemm":
+        # An 8B-class decoder layer's projections at decode batch 8 (cuBLAS picks in-kernel
+        # split-K nvjet kernels); before the inputs, small blocks allocated and freed, and the
+        # cache emptied, as an engine's start-up does.
+        scratch = [torch.empty(n, device="cuda") for n in (1, 64, 4096)]
+        del scratch
+        torch.cuda.empty_cache()
+        dt = torch.bfloat16
+        return [torch.randn(8, 4096, device="cuda", dtype=dt), torch.randn(4096, 6144, device="cuda", dtype=dt),
+                torch.randn(4096, 24576, device="cuda", dtype=dt), torch.randn(12288, 4096, device="cuda", dtype=dt)]
     if case == "compile":
         return [torch.randn(2048, 1024, device="cuda"), torch.randn(1024, device="cuda")]
     if case == "streams":
@@ -86,6 +96,10 @@ def case_step(case: str, inputs):
     if case in ("gemm_bf16", "gemm_fp16"):
         a, b, c, d = inputs
         return [a @ b, c @ d]
+    if case == "decode_gemm":
+        x, w_qkv, w_gate_up, w_down = inputs
+        gate, up = (x @ w_gate_up).chunk(2, dim=-1)
+        return [x @ w_qkv, (torch.nn.functional.silu(gate) * up) @ w_down]
     if case == "compile":
         if _compiled is None:
             _compiled = torch.compile(lambda x, w: torch.nn.functional.gelu(x * w + 1.0).sum(dim=-1), dynamic=False)
@@ -138,6 +152,7 @@ def save(case: str, directory: str) -> dict:
     for _ in range(3):
         case_step(case, inputs)
     torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # engines empty the cache between warmup and capture
     g = fdry.CUDAGraph()
     start = time.perf_counter()
     with fdry.graph(g):
@@ -197,7 +212,7 @@ def child_graph(mode: str, directory: str) -> dict:
     """A raw CUgraph with a child-graph node, built by the driver API, saved and restored."""
     torch.cuda.init()
     if mode == "load":
-        fdry.load_cuda_modules_and_libraries(directory)
+        fdry.load_cuda_modules_and_libraries(Path(directory) / "child")
     fdry.set_allocation_region(REGION_BASE, REGION_SIZE)
     torch.manual_seed(0)
     x = torch.randn(1 << 16, device="cuda")
