@@ -56,7 +56,11 @@ Status write_payload(const std::string& path, const Payload& p) {
 Result<Payload> read_payload(const std::string& path) {
   auto c = Container::read_file(path);
   if (!c.ok()) return c.status();
-  auto hr = c.value().reader(kSectionHeader);
+  return parse_payload(c.value(), path);
+}
+
+Result<Payload> parse_payload(const Container& c, const std::string& path) {
+  auto hr = c.reader(kSectionHeader);
   if (!hr.ok()) return Error(FOUNDRY_ERR_FORMAT, path + ": no payload header");
   ByteReader& h = hr.value();
   Payload p;
@@ -68,26 +72,26 @@ Result<Payload> read_payload(const std::string& path) {
   }
   h.u32(&n_members), h.u32(&n_templates), h.u32(&p.event_count), h.u64(&p.region_base), h.u64(&p.region_size);
   FOUNDRY_RETURN_IF_ERROR(h.status("graph payload header"));
-  auto nr = c.value().reader(kSectionNames);
+  auto nr = c.reader(kSectionNames);
   if (!nr.ok()) return Error(FOUNDRY_ERR_FORMAT, path + ": no kernel name table");
   std::vector<std::string> names;
   Status names_status = read_names(nr.value(), &names);
   if (!names_status.ok()) return Error(names_status.code(), path + ": " + names_status.message());
-  auto templates = c.value().find_all(kSectionTemplate);
-  auto members = c.value().find_all(kSectionMember);
+  auto templates = c.find_all(kSectionTemplate);
+  auto members = c.find_all(kSectionMember);
   if (templates.size() != n_templates || members.size() != n_members || n_members > kMaxGraphs) {
     return Error(FOUNDRY_ERR_FORMAT, path + ": the header announces " + std::to_string(n_templates) + " templates and " +
                                          std::to_string(n_members) + " graphs, the file holds " +
                                          std::to_string(templates.size()) + " and " + std::to_string(members.size()));
   }
   for (const Section* s : templates) {
-    ByteReader r(c.value().data(*s));
+    ByteReader r(c.data(*s));
     p.templates.emplace_back();
     Status st = read_graph(r, &p.templates.back(), 0, &names);
     if (!st.ok()) return Error(st.code(), path + ": template " + std::to_string(p.templates.size() - 1) + ": " + st.message());
   }
   for (size_t i = 0; i < members.size(); ++i) {
-    ByteReader r(c.value().data(*members[i]));
+    ByteReader r(c.data(*members[i]));
     PayloadMember m;
     r.string(&m.name, kMaxName);
     r.u32(&m.template_index);

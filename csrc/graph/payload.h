@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "archive/container.h"
 #include "common/status.h"
 #include "graph/model.h"
 #include "graph/reader.h"
@@ -32,6 +33,8 @@ struct Payload {
 
 Status write_payload(const std::string& path, const Payload& p);
 Result<Payload> read_payload(const std::string& path);
+// The same from a container already read and checked; `path` names it in errors.
+Result<Payload> parse_payload(const Container& c, const std::string& path);
 // Reads several payloads and writes one whose graphs are regrouped across all of them (so graphs
 // saved one at a time share templates). Event indices are kept apart per input payload.
 Status merge_payloads(const std::vector<std::string>& inputs, const std::string& output, uint32_t* templates);

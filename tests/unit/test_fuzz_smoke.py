@@ -1,9 +1,10 @@
-"""CI smoke run of the section-container fuzzer (scripts/build-fuzz, csrc/tests/fuzz/fuzz_container.cpp).
+"""CI smoke run of the archive fuzzers (scripts/build-fuzz, csrc/tests/fuzz/).
 
-Builds the libFuzzer target with AddressSanitizer and UndefinedBehaviorSanitizer into a temporary
-directory and fuzzes for FOUNDRY_FUZZ_SECONDS (default 20) seconds: any crash, sanitizer report,
-leak or timeout fails the test. Skipped, with the reason, where clang++ cannot link a
--fsanitize=fuzzer program. The long run is `scripts/build-fuzz --run 3600` (docs/archive-corruption.md).
+Builds the libFuzzer targets (container, payload, image) with AddressSanitizer and
+UndefinedBehaviorSanitizer into a temporary directory and fuzzes each for FOUNDRY_FUZZ_SECONDS
+(default 20) seconds from its committed seeds: any crash, sanitizer report, leak or timeout fails
+the test. Skipped, with the reason, where clang++ cannot link a -fsanitize=fuzzer program. The
+long runs are `scripts/build-fuzz --target T --run 3600` (docs/archive-corruption.md).
 """
 
 from __future__ import annotations
@@ -39,20 +40,32 @@ def fuzzer_unavailable_reason() -> str | None:
     return None
 
 
-def test_container_fuzzer_finds_no_crash(tmp_path):
+@pytest.fixture(scope="module")
+def fuzz_build(tmp_path_factory):
+    """Builds every target once (scripts/build-fuzz without --run); the directory it built into."""
     reason = fuzzer_unavailable_reason()
     if reason:
         pytest.skip(reason)
-    out = tmp_path / "fuzz"
+    out = tmp_path_factory.mktemp("fuzz")
+    proc = subprocess.run([str(SCRIPT)], cwd=ROOT, env={**os.environ, "OUT": str(out)}, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, f"scripts/build-fuzz exited {proc.returncode}\n{(proc.stdout + proc.stderr)[-6000:]}"
+    return out
+
+
+@pytest.mark.parametrize("target", ["container", "payload", "image"])
+def test_fuzzer_finds_no_crash(fuzz_build, target):
+    out = fuzz_build
     start = time.monotonic()
-    proc = subprocess.run([str(SCRIPT), "--run", str(SECONDS)], cwd=ROOT, env={**os.environ, "OUT": str(out)},
-                          capture_output=True, text=True, timeout=SECONDS + 150)
+    proc = subprocess.run([str(out / f"fuzz_{target}"), f"-max_total_time={SECONDS}", "-print_final_stats=1",
+                           str(out / "corpus" / target), str(out / "seeds" / target)], cwd=out,
+                          capture_output=True, text=True, timeout=SECONDS + 120)
     log = proc.stdout + proc.stderr
     findings = sorted(p.name for p in out.glob("*") if p.name.startswith(("crash-", "leak-", "timeout-", "oom-")))
-    assert not findings, f"the fuzzer found inputs that break the container parser: {findings}\n{log[-6000:]}"
+    assert not findings, f"the {target} fuzzer found inputs that break the parser: {findings}\n{log[-6000:]}"
     assert "ERROR: AddressSanitizer" not in log and "runtime error:" not in log, log[-6000:]
-    assert proc.returncode == 0, f"scripts/build-fuzz exited {proc.returncode}\n{log[-6000:]}"
-    runs = [ln for ln in log.splitlines() if ln.startswith("Done ") and " runs in " in ln]
-    assert runs, f"no 'Done N runs' line: the fuzzer did not run to its time limit\n{log[-3000:]}"
-    assert int(runs[-1].split()[1]) > 1000, runs[-1]
-    print(f"\nfuzz smoke: {runs[-1]} (total {time.monotonic() - start:.0f} s with the build)")
+    assert proc.returncode == 0, f"fuzz_{target} exited {proc.returncode}\n{log[-6000:]}"
+    assert any(ln.startswith("Done ") for ln in log.splitlines()), f"fuzz_{target} did not run to its limit\n{log[-3000:]}"
+    runs = int(next(ln for ln in log.splitlines() if ln.startswith("stat::number_of_executed_units:")).split()[-1])
+    assert runs > 1000, f"fuzz_{target}: only {runs} executions"
+    print(f"\nfuzz smoke {target}: {runs} executions in {time.monotonic() - start:.0f} s")

@@ -1,0 +1,33 @@
+// libFuzzer target for the graph payload reader (graphs.fgr): container, header, kernel name
+// table, templates and members with their deltas and region references, as LOAD reads them
+// (built by scripts/build-fuzz; not a ctest). Inputs are resealed (reseal.h) so mutations reach
+// the section decoders behind the checksums.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "archive/container.h"
+#include "graph/payload.h"
+#include "tests/fuzz/reseal.h"
+
+namespace {
+
+void parse(std::vector<uint8_t> bytes) {
+  auto c = foundry::Container::parse(std::move(bytes), "fuzz");
+  if (!c.ok()) return;
+  auto p = foundry::parse_payload(c.value(), "fuzz");
+  if (!p.ok()) return;
+  // A payload that parses must be internally consistent: every member's template exists.
+  for (const foundry::PayloadMember& m : p.value().members) {
+    if (m.template_index >= p.value().templates.size()) __builtin_trap();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::vector<uint8_t> bytes(data, data + size);
+  foundry_fuzz::reseal(&bytes);
+  parse(std::move(bytes));
+  return 0;
+}
