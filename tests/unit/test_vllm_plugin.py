@@ -349,6 +349,18 @@ def test_register_from_environment_prepares_children_once(fake_vllm, recorded_ac
     assert os.environ["FOUNDRY_ARCHIVE"] == str(tmp_path) and os.environ["FOUNDRY_MODE"] == "auto"
 
 
+def test_a_preloaded_first_process_keeps_fork(fake_vllm, recorded_activation, monkeypatch, tmp_path):
+    # Under `foundry run -- vllm ...` the first process has the preload, so forked children have it
+    # too: no spawn (which would import vLLM a second time in the engine process).
+    monkeypatch.setattr(register_mod, "prepare_child_environment", _fake_child_env)
+    monkeypatch.setattr(register_mod, "preload_active", lambda: True)
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")
+    register_mod.register()
+    assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
+    assert os.environ["LD_PRELOAD"] == "/opt/foundry/libfoundry.so"
+
+
 def test_first_process_sets_the_environment_but_installs_no_worker_seams(fake_vllm, recorded_activation,
                                                                           monkeypatch, tmp_path):
     monkeypatch.setattr(register_mod, "hosts_engine", _real_hosts_engine)

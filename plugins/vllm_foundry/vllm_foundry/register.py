@@ -12,7 +12,8 @@ cheap when Foundry is off.
   ``LLM(...)`` API, or exported by the flags in process 0 and inherited by the children):
   ``activate()``: the child environment (libfoundry.so in ``LD_PRELOAD``, the NCCL settings, the
   FOUNDRY_* variables, ``FOUNDRY_STRICT=1`` unless set), ``VLLM_WORKER_MULTIPROC_METHOD=spawn``
-  (a forked child would not exec with the preload), logging for the ``foundry`` logger, and, in
+  (a forked child would not exec with the preload; left alone when this process already runs
+  under it, e.g. ``foundry run -- vllm serve ...``), logging for the ``foundry`` logger, and, in
   processes that may run a GPU worker (``hosts_engine()``), the worker and capture seams.
 """
 
@@ -22,7 +23,7 @@ import logging
 import os
 import sys
 
-from foundry_core.engine import Mode, Settings, prepare_child_environment, resolve_settings
+from foundry_core.engine import Mode, Settings, preload_active, prepare_child_environment, resolve_settings
 from foundry_core.errors import StateError
 
 from vllm_foundry import capture_patches, cli, modes, worker_patches
@@ -72,6 +73,10 @@ def child_environment(settings: Settings) -> dict[str, str]:
                          f"{modes.OFF_HINT}") from None
     env.setdefault(STRICT_ENV, "1")
     method = env.get(MP_METHOD_ENV)
+    if preload_active():
+        # Started under the preload (`foundry run -- vllm ...`): a forked child is a copy of this
+        # process, preload included, and skips spawn's second import of vLLM (~15 s).
+        return env
     if method != "spawn":
         if method:
             logger.info("foundry: %s=%s becomes spawn (a forked worker would not start with the preload)",
