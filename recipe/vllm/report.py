@@ -58,13 +58,26 @@ def steps(log: Path) -> dict[str, float]:
     return found
 
 
+def outcome(log: Path) -> str:
+    """What Foundry did in a start: saved, restored, fell back (a fallback's tokens still match, so
+    the table must say it), or nothing."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    if re.search(r"foundry: restored \d+ graphs", text):
+        return "restored"
+    if re.search(r"foundry: .*saved \d+ graphs", text):
+        return "saved"
+    if re.search(r"foundry: rank \d+ (cannot load|does not use|could not save)", text):
+        return "FELL BACK"
+    return "-"
+
+
 def timing(directory: str) -> int:
     d = Path(directory)
     present = [r for r in RUNS if (d / f"{r}.json").exists()]
     if not present:
         print(f"no runs in {d}")
         return 1
-    header = ["run", "ready s", *[f"TPOT b{b} ms" for b in TPOT_BATCHES], "tokens vs captured-warm"]
+    header = ["run", "ready s", *[f"TPOT b{b} ms" for b in TPOT_BATCHES], "tokens vs captured-warm", "foundry"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     ref = load(d / "captured-warm.json")["tokens"] if (d / "captured-warm.json").exists() else None
@@ -72,7 +85,7 @@ def timing(directory: str) -> int:
         r = load(d / f"{run}.json")
         tpot = [f"{r['tpot_ms'][b]:.2f}" if b in r.get("tpot_ms", {}) else "-" for b in TPOT_BATCHES]
         same = "-" if ref is None or run == "captured-warm" else ("identical" if r["tokens"] == ref else "DIFFERENT")
-        print(f"| {run} | {r['ready_s']:.1f} | " + " | ".join(tpot) + f" | {same} |")
+        print(f"| {run} | {r['ready_s']:.1f} | " + " | ".join(tpot) + f" | {same} | {outcome(d / f'{run}.log')} |")
     print()
     labels = [label for label, _ in STEPS]
     table = {run: steps(d / f"{run}.log") for run in present}

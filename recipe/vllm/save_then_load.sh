@@ -103,7 +103,10 @@ esac
 names=()
 if [ "${BASELINE:-0}" = 1 ]; then $run baseline off; names+=(baseline); fi
 $run save save; names+=(save)
+# A start that fell back would still produce identical tokens: check each did what it was asked.
+grep -qE "foundry: .*saved [0-9]+ graphs" "$OUT/save.log" || { echo "the SAVE start wrote no archive (see $OUT/save.log)" >&2; exit 1; }
 $run load load; names+=(load)
+grep -qE "foundry: restored [0-9]+ graphs" "$OUT/load.log" || { echo "the LOAD start restored no graphs (see $OUT/load.log)" >&2; exit 1; }
 
 "$PYTHON" - "$OUT" "${names[@]}" <<'EOF'
 import json, sys
