@@ -25,6 +25,9 @@ struct ReadGraph {
   GraphModel model;
   std::vector<RegionRef> refs;  // sorted, unique
   uint32_t foreign_pointers = 0;  // words that point at device memory outside the region
+  // Words that fall in region space nothing ever occupied: values (two 32-bit fields, say) that
+  // look like region addresses; kept verbatim, as they cannot be pointers the kernel uses.
+  uint32_t lookalike_words = 0;
 };
 
 class Reader {

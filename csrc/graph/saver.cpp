@@ -3,6 +3,7 @@
 #include <set>
 
 #include "archive/bytes.h"
+#include "common/log.h"
 #include "graph/payload.h"
 #include "graph/serialize.h"
 #include "graph/topology.h"
@@ -62,6 +63,10 @@ Result<SaveStats> Saver::write(const std::string& payload_path, const std::strin
     if (!s.ok() || !models_equal(rebuilt, graphs_[i].model)) {
       return Error(FOUNDRY_ERR_STATE, "graph " + std::to_string(i) + " (" + names_[i] +
                                           ") cannot be reproduced from its topology template: grouping error");
+    }
+    if (graphs_[i].lookalike_words) {
+      LOG_DEBUG("graph %zu (%s): %u parameter words look like region addresses but point at space nothing ever "
+                "occupied; kept as values", i, names_[i].c_str(), graphs_[i].lookalike_words);
     }
     stats.nodes += graphs_[i].model.nodes.size();
     collect_images(graphs_[i].model, &images);

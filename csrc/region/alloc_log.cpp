@@ -80,6 +80,15 @@ std::string AllocLog::describe_divergence() const {
   return buf;
 }
 
+bool AllocLog::ever_covered(uint64_t offset) const {
+  for (const foundry_log_entry& e : entries_) {
+    bool covers_space = e.kind == static_cast<uint32_t>(LogKind::kAlloc) || e.kind == static_cast<uint32_t>(LogKind::kReserve) ||
+                        e.kind == static_cast<uint32_t>(LogKind::kPrealloc) || e.kind == static_cast<uint32_t>(LogKind::kClaim);
+    if (covers_space && offset >= e.offset && offset < e.offset + e.size) return true;
+  }
+  return false;
+}
+
 std::string AllocLog::describe_offset(uint64_t offset) const {
   // The newest event covering the offset, then the first free of that block after it.
   for (size_t i = entries_.size(); i-- > 0;) {

@@ -46,6 +46,9 @@ class AllocLog {
   // kind, sequence number, size and tag) and, for an allocation, the free that ended it. For
   // messages about stale pointers: "allocated at seq 12 (2097152 bytes, tag 'x'), freed at seq 40".
   std::string describe_offset(uint64_t offset) const;
+  // Whether any allocation, reservation, preallocation or claim ever covered `offset`. A word
+  // pointing at region space nothing ever covered cannot be a pointer the process dereferenced.
+  bool ever_covered(uint64_t offset) const;
 
  private:
   std::vector<foundry_log_entry> entries_;

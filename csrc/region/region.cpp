@@ -349,6 +349,11 @@ std::string Region::history(uint64_t addr) {
   return log_.describe_offset(addr - base_);
 }
 
+bool Region::ever_covered(uint64_t addr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return set_ && addr >= base_ && log_.ever_covered(addr - base_);
+}
+
 uint64_t Region::driver_calls() {
   std::lock_guard<std::mutex> lock(mu_);
   return driver_calls_;

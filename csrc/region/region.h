@@ -63,6 +63,7 @@ class Region {
   AddressClass classify(uint64_t addr, Block* block);
   // The allocation log's account of an address in the region (see AllocLog::describe_offset).
   std::string history(uint64_t addr);
+  bool ever_covered(uint64_t addr);
   uint64_t driver_calls();
 
   // Log access (under the region's lock).

@@ -42,4 +42,15 @@ TEST_CASE("an address no event covered says so") {
   CHECK(contains(log.describe_offset(1 << 20), "no region event ever covered it"));
 }
 
+TEST_CASE("ever_covered: allocated space stays covered after its free; untouched space never was") {
+  AllocLog log;
+  log.append(LogKind::kAlloc, 1 << 20, 4096);
+  log.append(LogKind::kFree, 1 << 20, 4096);
+  log.append(LogKind::kReserve, 8 << 20, 2 << 20);
+  CHECK(log.ever_covered((1 << 20) + 100));
+  CHECK(log.ever_covered((8 << 20) + 4096));
+  CHECK(!log.ever_covered(0x2000));  // the (8192, 24576) word of a cuBLAS parameter struct
+  CHECK(!log.ever_covered((1 << 20) + 4096));
+}
+
 TEST_MAIN()

@@ -63,6 +63,13 @@ def case_inputs(case: str):
         # A tall-skinny product with a long K makes cuBLAS pick split-K with a reduce kernel.
         return [torch.randn(64, 16384, device="cuda", dtype=dt), torch.randn(16384, 256, device="cuda", dtype=dt),
                 torch.randn(2048, 4096, device="cuda", dtype=dt), torch.randn(4096, 4096, device="cuda", dtype=dt)]
+    if case == "decode_linear":
+        # vLLM's layout: F.linear with [out, in] weights (cuBLAS "TN"). The batch-8 gate_up
+        # product's split-K kernel packs (8192, 24576) into one 8-byte parameter word, which
+        # reads as 0x600000002000: a region address that nothing ever occupied.
+        dt = torch.bfloat16
+        return [torch.randn(8, 4096, device="cuda", dtype=dt), torch.randn(24576, 4096, device="cuda", dtype=dt),
+                torch.randn(4096, 12288, device="cuda", dtype=dt)]
     if case in ("decode_gemm", "decode_gemm_paused"):
         # An 8B-class decoder layer's projections at decode batch 8 (cuBLAS picks in-kernel
         # split-K nvjet kernels); before the inputs, small blocks allocated and freed, and the
@@ -96,6 +103,10 @@ def case_step(case: str, inputs):
     if case in ("gemm_bf16", "gemm_fp16"):
         a, b, c, d = inputs
         return [a @ b, c @ d]
+    if case == "decode_linear":
+        x, w_gate_up, w_down = inputs
+        gate, up = torch.nn.functional.linear(x, w_gate_up).chunk(2, dim=-1)
+        return [torch.nn.functional.linear(torch.nn.functional.silu(gate) * up, w_down)]
     if case in ("decode_gemm", "decode_gemm_paused"):
         x, w_qkv, w_gate_up, w_down = inputs
         gate, up = (x @ w_gate_up).chunk(2, dim=-1)
