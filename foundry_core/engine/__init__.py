@@ -2,11 +2,15 @@
 
 A plugin registers an engine adapter (hooks in :mod:`foundry_core.engine.hookspecs`), prepares
 the environment of the engine's processes (:func:`prepare_child_environment`) and drives one
-:class:`EngineSession` per rank at the engine's seams. See docs/engine-runtime.md.
+:class:`EngineSession` per rank at the engine's seams. The seams themselves are declared in a
+:class:`SeamTable`, wrapped by a :class:`Patcher` and checked against engine releases with
+:func:`check_sources` / :func:`check_installed` (:mod:`foundry_core.engine.contract`). See
+docs/engine-runtime.md.
 """
 
 from __future__ import annotations
 
+from foundry_core.engine.contract import SeamResult, check_installed, check_sources, directory_reader
 from foundry_core.engine.environment import (
     REQUIRED_SETTINGS,
     ensure_preloaded_or_reexec,
@@ -40,7 +44,9 @@ from foundry_core.engine.mode import (
     resolve_mode,
     resolve_settings,
 )
+from foundry_core.engine.patching import Patcher, SeamError
 from foundry_core.engine.plugin_manager import ENTRY_POINT_GROUP, FoundryPluginManager, get_plugin_manager
+from foundry_core.engine.seam import Seam, SeamTable
 from foundry_core.engine.session import (
     DEFAULT_REGION_SIZE,
     DEFAULT_SCRATCH_SIZE,
@@ -68,4 +74,6 @@ __all__ = [
     "DEFAULT_SCRATCH_SIZE",
     # environment
     "prepare_child_environment", "preload_active", "ensure_preloaded_or_reexec", "REQUIRED_SETTINGS",
+    # seams
+    "Seam", "SeamTable", "Patcher", "SeamError", "SeamResult", "check_sources", "check_installed", "directory_reader",
 ]

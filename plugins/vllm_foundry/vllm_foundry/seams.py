@@ -2,7 +2,8 @@
 
 The patching code (``patching.py``, ``worker_patches.py``, ``capture_patches.py``) looks seams up
 here by name, and the contract tests check this same list against the installed vLLM and against
-the newest release's source (``contract.py``). A seam records what the plugin relies on:
+the newest release's source (``contract.py``). A seam (:class:`foundry_core.engine.seam.Seam`)
+records what the plugin relies on:
 
 - ``module`` / ``qualname``: the attribute the plugin wraps or reads (``Worker.init_device``);
 - ``kind``: function, method, staticmethod, classmethod, property, enum, constant, env;
@@ -14,52 +15,19 @@ the newest release's source (``contract.py``). A seam records what the plugin re
 - ``assigns``: ``self`` attributes the body must assign (state the plugin reads or restores);
 - ``members`` / ``value``: enum members or a constant's value.
 
+``TABLE`` bundles them with the engine's name and tested versions for the engine-agnostic
+patching and contract code in ``foundry_core.engine``.
+
 Checked against vLLM 0.25.0 (the release validated on the GPU machine) and 0.33.0.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from foundry_core.engine.seam import KINDS, Seam, SeamTable
+
+__all__ = ["KINDS", "Seam", "SEAMS", "TABLE", "TESTED_VERSIONS", "BY_NAME", "seam", "source_files"]
 
 TESTED_VERSIONS = ("0.25.0",)
-KINDS = ("function", "method", "staticmethod", "classmethod", "property", "enum", "constant", "env")
-
-
-@dataclass(frozen=True)
-class Seam:
-    name: str
-    module: str
-    qualname: str
-    kind: str
-    purpose: str
-    params: tuple[str, ...] = ()
-    defined_in: str | None = None
-    calls: tuple[str, ...] = ()
-    assigns: tuple[str, ...] = ()
-    members: tuple[str, ...] = ()
-    value: str | None = None
-    required: bool = True
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"seam {self.name}: unknown kind {self.kind!r}")
-
-    @property
-    def target(self) -> str:
-        """``module.qualname``, as the messages name it."""
-        return f"{self.module}.{self.qualname}"
-
-    @property
-    def source_module(self) -> str:
-        """The module whose source defines the seam."""
-        return self.defined_in or self.module
-
-    @staticmethod
-    def module_paths(module: str) -> tuple[str, str]:
-        """Where ``module``'s source may be, relative to site-packages or an sdist's root: a module
-        file or a package's ``__init__.py``."""
-        base = module.replace(".", "/")
-        return base + ".py", base + "/__init__.py"
 
 
 _WORKER = "vllm.v1.worker.gpu_worker"
@@ -133,18 +101,21 @@ SEAMS: tuple[Seam, ...] = (
          purpose="replays self.graphs[desc] (restored graphs have .replay())"),
 )
 
-BY_NAME: dict[str, Seam] = {s.name: s for s in SEAMS}
+TABLE = SeamTable(
+    engine="vLLM", package="vllm", tested_versions=TESTED_VERSIONS, seams=SEAMS,
+    # load_general_plugins is only read (vLLM calls it from other modules), never wrapped.
+    read_only_modules=("vllm.plugins",),
+)
+
+BY_NAME: dict[str, Seam] = TABLE.by_name
 
 
 def seam(name: str) -> Seam:
     """The seam called ``name``; KeyError naming the known ones otherwise."""
-    try:
-        return BY_NAME[name]
-    except KeyError:
-        raise KeyError(f"no vLLM seam named {name!r}; known: {', '.join(sorted(BY_NAME))}") from None
+    return TABLE.seam(name)
 
 
 def source_files() -> list[str]:
     """Every file (relative path, module or package form) a seam may live in, for the source
     contract check; only some of them exist."""
-    return sorted({p for s in SEAMS for m in (s.module, s.source_module) for p in Seam.module_paths(m)})
+    return TABLE.source_files()
