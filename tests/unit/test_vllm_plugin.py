@@ -356,9 +356,17 @@ def test_a_preloaded_first_process_keeps_fork(fake_vllm, recorded_activation, mo
     monkeypatch.setattr(register_mod, "preload_active", lambda: True)
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
     monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")
+    hooks = []
+    monkeypatch.setattr(register_mod, "hosts_engine", _real_hosts_engine)
+    monkeypatch.setattr(register_mod.os, "register_at_fork", lambda after_in_child: hooks.append(after_in_child))
     register_mod.register()
     assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
     assert os.environ["LD_PRELOAD"] == "/opt/foundry/libfoundry.so"
+    # No seams in this process; in the forked engine process (where vLLM loads no plugin again),
+    # the at-fork hook installs them.
+    assert recorded_activation == {"worker": 0, "capture": 0} and len(hooks) == 1
+    hooks[0]()
+    assert recorded_activation == {"worker": 1, "capture": 1}
 
 
 def test_first_process_sets_the_environment_but_installs_no_worker_seams(fake_vllm, recorded_activation,

@@ -13,8 +13,10 @@ cheap when Foundry is off.
   ``activate()``: the child environment (libfoundry.so in ``LD_PRELOAD``, the NCCL settings, the
   FOUNDRY_* variables, ``FOUNDRY_STRICT=1`` unless set), ``VLLM_WORKER_MULTIPROC_METHOD=spawn``
   (a forked child would not exec with the preload; left alone when this process already runs
-  under it, e.g. ``foundry run -- vllm serve ...``), logging for the ``foundry`` logger, and, in
-  processes that may run a GPU worker (``hosts_engine()``), the worker and capture seams.
+  under it, e.g. ``foundry run -- vllm serve ...`` or foundry-core's start-up hook), logging for
+  the ``foundry`` logger, and the worker and capture seams: at once in processes that may run a GPU
+  worker (``hosts_engine()``), or in the child right after a fork when this process has the preload
+  (vLLM's forked engine process does not load plugins again).
 """
 
 from __future__ import annotations
@@ -97,6 +99,20 @@ def hosts_engine() -> bool:
     return os.environ.get(INPROC_ENV, "1").strip().lower() in ("0", "false", "no", "off")
 
 
+def install_engine_seams() -> None:
+    """The worker and capture seams (SeamError names the first one the installed vLLM lacks)."""
+    worker_patches.install()
+    capture_patches.install()
+
+
+def _install_after_fork() -> None:
+    try:
+        install_engine_seams()
+    except Exception as exc:  # noqa: BLE001 - an at-fork hook cannot raise into the child
+        logger.error("foundry: vllm-foundry's seams could not be installed in the forked engine process (%s); it "
+                     "starts without Foundry", exc)
+
+
 def activate(settings: Settings) -> None:
     """Makes Foundry active in this process (idempotent): environment, logging, and the worker
     and capture seams where a worker may run."""
@@ -109,8 +125,11 @@ def activate(settings: Settings) -> None:
     _activated = True
     setup_logging()
     if hosts_engine():
-        worker_patches.install()
-        capture_patches.install()
+        install_engine_seams()
+    elif preload_active():
+        # vLLM will fork its engine process (which inherits the preload), and in that copy of this
+        # process it does not load plugins again: install the seams there, right after the fork.
+        os.register_at_fork(after_in_child=_install_after_fork)
     logger.debug("foundry: vllm-foundry active (mode %s, archive %s)", settings.mode, settings.archive)
 
 

@@ -1,0 +1,98 @@
+"""Restart a Python process that asks for Foundry under libfoundry.so's preload, at interpreter
+start-up, before it has imported anything.
+
+Why: the preload must be in a process when it execs. An engine plugin that finds itself in a
+process without it can only make the engine *spawn* its GPU processes with the preload set, and a
+spawned process imports the engine a second time (about 15 s for vLLM). Restarting the first
+process at start-up costs an interpreter start instead, and the engine may then fork.
+
+Installed as ``_foundry_autopreload`` beside ``foundry-autopreload.pth`` in site-packages, which
+runs :func:`maybe_reexec` in every interpreter. So this module imports nothing beyond ``os`` and
+``sys`` until it has decided to restart, and never raises. It restarts only when all hold:
+
+- the command asks for Foundry: ``--foundry-archive`` on the command line, or ``FOUNDRY_ARCHIVE``
+  set, and the mode (``--foundry-mode`` / ``FOUNDRY_MODE``) is not ``off``;
+- libfoundry.so is not in ``LD_PRELOAD`` yet, and this is not already a restarted process;
+- the command can be replayed (not an interactive session, not a script read from stdin);
+- ``FOUNDRY_AUTOPRELOAD`` is not 0/false/no/off (the way to turn this off).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+
+DISABLE_ENV = "FOUNDRY_AUTOPRELOAD"
+RESTARTED_ENV = "FOUNDRY_AUTOPRELOAD_RESTARTED"
+ARCHIVE_FLAG = "--foundry-archive"
+MODE_FLAG = "--foundry-mode"
+LIBRARY_NAME = "libfoundry.so"
+_FALSE = ("0", "false", "no", "off")
+
+
+def flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` in ``argv`` (``--flag V`` or ``--flag=V``; the last one wins), or
+    None when absent. A flag without a value counts as present with an empty value."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag:
+            value = argv[i + 1] if i + 1 < len(argv) else ""
+        elif arg.startswith(flag + "="):
+            value = arg[len(flag) + 1:]
+    return value
+
+
+def wants_foundry(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
+    """Whether the command asks for Foundry (an archive, and a mode other than off)."""
+    mode = flag_value(argv, MODE_FLAG)
+    if mode is None:
+        mode = environ.get("FOUNDRY_MODE", "")
+    if mode.strip().lower() == "off":
+        return False
+    return flag_value(argv, ARCHIVE_FLAG) is not None or bool(environ.get("FOUNDRY_ARCHIVE", "").strip())
+
+
+def preloaded(environ: Mapping[str, str]) -> bool:
+    """Whether LD_PRELOAD already names a libfoundry.so."""
+    entries = environ.get("LD_PRELOAD", "").replace(":", " ").split()
+    return any(os.path.basename(e) == LIBRARY_NAME for e in entries)
+
+
+def replay_command() -> list[str] | None:
+    """This interpreter's command line, to exec again; None when it cannot be replayed."""
+    orig = getattr(sys, "orig_argv", None)
+    if not orig or not sys.executable or sys.flags.interactive:
+        return None
+    if not sys.argv or sys.argv[0] in ("", "-"):  # interactive, or a script read from stdin
+        return None
+    return [sys.executable, *orig[1:]]
+
+
+def should_restart(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
+    if environ.get(DISABLE_ENV, "").strip().lower() in _FALSE:
+        return False
+    if environ.get(RESTARTED_ENV) == "1" or preloaded(environ):
+        return False
+    return wants_foundry(argv, environ)
+
+
+def maybe_reexec(execve: Callable[[str, list[str], dict[str, str]], object] = os.execve) -> bool:
+    """Replaces this process with the same command under the preload when the module docstring's
+    conditions hold; returns False otherwise (and when anything goes wrong: start-up must go on)."""
+    try:
+        if not should_restart(sys.argv, os.environ):
+            return False
+        command = replay_command()
+        if command is None:
+            return False
+        from foundry_core.preload import preload_environment  # only now: it imports the package
+
+        env = preload_environment(dict(os.environ))
+        env[RESTARTED_ENV] = "1"
+        sys.stdout.flush()
+        sys.stderr.flush()
+        execve(command[0], command, env)
+        return True  # only reached with a test's execve
+    except Exception:  # noqa: BLE001 - never break interpreter start-up; the plugin falls back to spawn
+        return False
