@@ -1,0 +1,14 @@
+"""sglang-foundry: SGLang starts from a Foundry archive of its decode CUDA graphs (no fork, no edits).
+
+Installed, it registers under SGLang's ``sglang.srt.plugins`` entry point (``register`` below).
+``python -m sglang.launch_server ... --foundry-archive DIR`` (or ``FOUNDRY_ARCHIVE=DIR`` for the
+offline ``sglang.Engine`` API): the first start captures as usual and writes the archive, later
+starts restore it. Everything here imports without SGLang; SGLang is imported only by the seams.
+"""
+
+from __future__ import annotations
+
+from sglang_foundry.register import register
+
+__version__ = "0.1.0"
+__all__ = ["register", "__version__"]

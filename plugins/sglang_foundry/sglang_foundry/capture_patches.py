@@ -1,0 +1,478 @@
+"""The CUDA-graph capture seams of SGLang's decode runner (0.5.17 ``model_executor/runner*``).
+
+``ModelRunner.init_cuda_graphs`` marks the CAPTURE phase (eager runner and its kernel warmup,
+prefill runner, decode capture) and ends the region when it returns, on both sides.
+``DecodeCudaGraphRunner.capture`` is SGLang's decode loop: for each batch size, largest first,
+``capture_one_shape`` prepares the static inputs and the attention metadata (outside the graph)
+and calls ``FullCudaGraphBackend.capture_one``, which runs two eager warmup forwards, then captures
+one forward into ``torch.cuda.CUDAGraph()`` under ``torch.cuda.graph(...)`` and stores the graph
+and the forward's result in ``_graphs[key]`` / ``_outputs[key]`` (``replay`` reads both).
+
+- **SAVE** runs SGLang's loop unchanged, except that ``torch.cuda.CUDAGraph`` names Foundry's graph
+  class for the duration (a torch graph that keeps its ``CUgraph``) and the warmup forwards run
+  paused (``FOUNDRY_SGLANG_WARMUP_FORWARDS``); then it saves every decode graph with the tensors of
+  its output (the shared logits buffer slice), the output layout, the capture sizes and the
+  attention-metadata addresses of each shape.
+- **LOAD** restores the archive first, then runs SGLang's same loop with the forwards replaced by
+  no-ops (the warmups by the same cache flushes SAVE's pauses made) and ``torch.cuda.graph`` /
+  ``torch.cuda.CUDAGraph`` neutralised: the per-shape preparation still runs, in SGLang's order, as
+  at SAVE. Each placeholder in ``_graphs`` is then replaced by the restored graph of the same key
+  (``.replay()``, and ``.reset()`` for 0.5.23's ``cleanup``), and ``_outputs[key]`` by the output
+  rebuilt around the restored tensors; the backend keeps the archive alive.
+
+Checks before a restored graph is used: the archive holds exactly the keys SGLang captures (sizes
+compared before the loop), every CUDA tensor of each shape's attention metadata is where it was at
+SAVE (``FOUNDRY_SGLANG_CHECK_METADATA=0`` turns this off), and the outputs rebuild. A failed check
+falls back: SGLang captures normally (and auto mode writes a fresh archive).
+
+``swapped`` / ``graph_name`` / ``tensor_addresses`` / the placeholders are the vLLM plugin's
+helpers; they are engine-agnostic and belong in ``foundry_core.engine`` (see the plugin README).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import importlib
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from foundry_core.engine import Mode
+from foundry_core.errors import MismatchError, UnsupportedError
+
+from sglang_foundry import modes, options, outputs, patching, runtime, seams
+from sglang_foundry.runtime import Phase
+
+logger = logging.getLogger("foundry.sglang")
+
+_FALLBACK = object()
+MAX_DEPTH = 5
+
+
+# ---- naming and inspection (pure; unit-tested) -----------------------------------------------------
+
+
+def _field_text(value: Any) -> str:
+    return value.name if isinstance(value, enum.Enum) else str(value)
+
+
+def graph_name(key: Any) -> str:
+    """A stable name for a graph key (SGLang's ``ShapeKey``: size, stream_idx, variant_label):
+    its fields as ``name=value`` in declaration order, enums by name."""
+    if dataclasses.is_dataclass(key) and not isinstance(key, type):
+        items = [(f.name, getattr(key, f.name)) for f in dataclasses.fields(key)]
+    elif hasattr(key, "_asdict"):
+        items = list(key._asdict().items())
+    else:
+        return _field_text(key)
+    return ",".join(f"{k}={_field_text(v)}" for k, v in items)
+
+
+def tensor_addresses(obj: Any) -> dict[str, int]:
+    """``{path: data_ptr}`` of every CUDA tensor reachable from ``obj`` through dicts, lists,
+    tuples, named tuples, dataclasses and plain objects (first path wins, depth-limited)."""
+    out: dict[str, int] = {}
+    seen: set[int] = set()
+
+    def walk(value: Any, path: str, depth: int) -> None:
+        if outputs.is_cuda_tensor(value):
+            out.setdefault(path, int(value.data_ptr()))
+            return
+        if value is None or isinstance(value, (str, bytes, int, float, bool, enum.Enum)) or depth > MAX_DEPTH:
+            return
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        if isinstance(value, Mapping):
+            for key in sorted(value, key=str):
+                walk(value[key], f"{path}[{key}]", depth + 1)
+        elif isinstance(value, tuple) and hasattr(value, "_fields"):
+            for name in value._fields:
+                walk(getattr(value, name), f"{path}.{name}", depth + 1)
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                walk(item, f"{path}[{i}]", depth + 1)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            for f in dataclasses.fields(value):
+                walk(getattr(value, f.name, None), f"{path}.{f.name}", depth + 1)
+        elif hasattr(value, "__dict__") and not callable(value):
+            for name, item in sorted(vars(value).items()):
+                walk(item, f"{path}.{name}", depth + 1)
+
+    walk(obj, "", 0)
+    return out
+
+
+def address_mismatch(saved: Mapping[str, Mapping[str, int]], now: Mapping[str, Mapping[str, int]]) -> str | None:
+    """The first differences between SAVE's and this run's attention-metadata addresses (paths
+    both sides have), or None when they agree."""
+    diffs = []
+    for graph in saved:
+        if graph not in now:
+            continue
+        for path, ptr in saved[graph].items():
+            if path in now[graph] and now[graph][path] != ptr:
+                diffs.append(f"graph {graph!r} metadata {path or '<root>'} at {now[graph][path]:#x}, at SAVE {ptr:#x}")
+    if not diffs:
+        return None
+    more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
+    return "; ".join(diffs[:3]) + more
+
+
+def expected_names(runner: Any) -> list[str] | None:
+    """The names of the keys SGLang's loop will capture, from the runner's own key functions
+    (None when the runner does not say, or captures variants this check does not model)."""
+    make_key = getattr(runner, "_make_graph_key", None)
+    size_of = getattr(runner, "_capture_graph_size", None)
+    sizes = getattr(runner, "capture_bs", None)
+    if not callable(make_key) or not callable(size_of) or not sizes:
+        return None
+    if getattr(runner, "enable_pdmux", False) or getattr(runner, "record_nolora_graph", False):
+        return None
+    width = int(getattr(runner, "captured_req_width", 1) or 1)
+    try:
+        return [graph_name(make_key(size_of(bs=bs, num_tokens=bs * width))) for bs in sizes]
+    except TypeError:
+        return None
+
+
+# ---- graph stand-ins -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class CaptureLoop:
+    """One run of SGLang's decode loop driven by the plugin: whether a capture context is open
+    (warmup forwards run outside one), and the attention-metadata addresses seen per shape."""
+
+    runner: Any
+    capturing: bool = False
+    warmups: int = 0
+    observed: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def swapped(owner: Any, **attrs: Any) -> Iterator[None]:
+    """Sets attributes of ``owner`` for the duration of the block, then puts the old ones back."""
+    old = {name: getattr(owner, name) for name in attrs}
+    for name, value in attrs.items():
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            setattr(owner, name, value)
+
+
+def tracking(graph_context: Callable[..., Any], loop: CaptureLoop) -> Callable[..., Any]:
+    """``torch.cuda.graph`` that marks ``loop`` as capturing while its block runs."""
+
+    @contextlib.contextmanager
+    def graph(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        with graph_context(*args, **kwargs) as value:
+            loop.capturing = True
+            try:
+                yield value
+            finally:
+                loop.capturing = False
+
+    return graph
+
+
+class PendingGraph:
+    """What ``torch.cuda.CUDAGraph()`` returns during LOAD's neutralised loop; replaced by the
+    restored graph before SGLang can replay it."""
+
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        pass
+
+    def replay(self, *_args: Any, **_kwargs: Any) -> None:
+        raise RuntimeError("sglang-foundry: a CUDA graph placeholder was replayed; the restore did not install its "
+                           "graph")
+
+    def reset(self) -> None:
+        pass
+
+
+class RestoredDecodeGraph:
+    """A restored graph in SGLang's graph table: ``replay()`` launches it on the current stream;
+    ``reset()`` (0.5.23's ``cleanup``) does nothing, the archive owns the graph."""
+
+    def __init__(self, restored: Any) -> None:
+        self.restored = restored
+        self.name = getattr(restored, "name", "")
+
+    def replay(self, *args: Any, **kwargs: Any) -> None:
+        self.restored.replay(*args, **kwargs)
+
+    def reset(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"RestoredDecodeGraph({self.name!r})"
+
+
+def no_capture(loop: CaptureLoop, empty_cache: Callable[[], None]) -> Callable[..., Any]:
+    """What ``torch.cuda.graph(...)`` becomes during LOAD's neutralised loop: captures nothing, but
+    empties PyTorch's cache on entry as ``torch.cuda.graph.__enter__`` does at SAVE, so the
+    per-shape preparation that follows finds the same cache on both sides."""
+
+    @contextlib.contextmanager
+    def graph(*_args: Any, **_kwargs: Any) -> Iterator[None]:
+        empty_cache()
+        loop.capturing = True
+        try:
+            yield None
+        finally:
+            loop.capturing = False
+
+    return graph
+
+
+def keep_graphs(loop: CaptureLoop) -> contextlib.AbstractContextManager[None]:
+    """SAVE: ``torch.cuda.CUDAGraph`` builds graphs that keep their CUgraph (foundry_core's)."""
+    import torch
+
+    from foundry_core.cuda_graph import CUDAGraph
+
+    return swapped(torch.cuda, CUDAGraph=CUDAGraph, graph=tracking(torch.cuda.graph, loop))
+
+
+def neutralised(loop: CaptureLoop, empty_cache: Callable[[], None]) -> contextlib.AbstractContextManager[None]:
+    """LOAD: no graph is created or captured."""
+    import torch
+
+    return swapped(torch.cuda, CUDAGraph=PendingGraph, graph=no_capture(loop, empty_cache))
+
+
+def check_backend(backend: Any) -> None:
+    """Refuses a decode backend other than FullCudaGraphBackend (or a platform subclass)."""
+    module = importlib.import_module(seams.seam("cg.backend_init").module)
+    if not isinstance(backend, module.FullCudaGraphBackend):
+        raise modes.refuse(f"the decode CUDA-graph backend {type(backend).__name__} is not supported (supported: "
+                           "FullCudaGraphBackend; pass --cuda-graph-backend-decode full)")
+
+
+# ---- SAVE ----------------------------------------------------------------------------------------
+
+
+def _capture_and_save(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., Any],
+                      args: tuple, kwargs: dict) -> Any:
+    loop = CaptureLoop(runner)
+    rt.loop = loop
+    # LOAD's load_graphs() empties PyTorch's cache where this loop starts: the same here.
+    rt.device.empty_cache()
+    start = time.perf_counter()
+    with keep_graphs(loop):
+        result = original(runner, *args, **kwargs)
+    captured = time.perf_counter() - start
+    backend = runner.backend
+    graphs: dict[str, tuple[Any, Any]] = {}
+    layouts: dict[str, Any] = {}
+    for key, graph in backend._graphs.items():
+        name = graph_name(key)
+        try:
+            tensors, layouts[name] = outputs.flatten(backend._outputs.get(key))
+        except UnsupportedError as exc:
+            logger.error("foundry: %s; no archive is written", exc)
+            return result
+        graphs[name] = (graph, tensors)
+    rt.adapter.state.update(graphs=list(graphs), outputs=layouts,
+                            capture_bs=[int(bs) for bs in getattr(runner, "capture_bs", [])])
+    if options.check_metadata() and loop.observed:
+        rt.adapter.state["attention_addresses"] = loop.observed
+    start = time.perf_counter()
+    report = rt.session.save(graphs)
+    rt.saved = report is not None
+    if rt.saved:
+        logger.info("foundry: captured %d decode graphs in %.2f s, saved %d graphs to %s in %.2f s", len(graphs),
+                    captured, len(graphs), rt.session.rank_dir, time.perf_counter() - start)
+    else:
+        logger.info("foundry: captured %d decode graphs in %.2f s; the archive was not saved", len(graphs), captured)
+    return result
+
+
+# ---- LOAD ----------------------------------------------------------------------------------------
+
+
+def _plan_problem(runner: Any, recorded: Mapping[str, Any], by_name: Mapping[str, Any]) -> str | None:
+    """Why the archive cannot serve the loop SGLang is about to run (checked before the loop)."""
+    saved_bs = recorded.get("capture_bs")
+    now_bs = [int(bs) for bs in getattr(runner, "capture_bs", [])]
+    if isinstance(saved_bs, list) and saved_bs != now_bs:
+        return f"SGLang captures batch sizes {now_bs}, the archive was saved with {saved_bs}"
+    expected = expected_names(runner)
+    if expected is not None and set(expected) != set(by_name):
+        missing = sorted(set(expected) - set(by_name))
+        extra = sorted(set(by_name) - set(expected))
+        return (f"SGLang wants {len(expected)} decode graphs, the archive holds {len(by_name)} (missing {missing[:3]}, "
+                f"unexpected {extra[:3]})")
+    return None
+
+
+def _restored_outputs(keys: list[Any], recorded: Mapping[str, Any], by_name: Mapping[str, Any],
+                      archive: Any) -> dict[Any, Any]:
+    """{key: output rebuilt around the restored tensors}; MismatchError when one cannot be."""
+    layouts = recorded.get("outputs")
+    if not isinstance(layouts, Mapping):
+        raise MismatchError("the archive's engine state records no output layouts")
+    out = {}
+    for key in keys:
+        name = graph_name(key)
+        out[key] = outputs.rebuild(layouts.get(name), archive.outputs(by_name[name].index))
+    return out
+
+
+def _install_problem(loop: CaptureLoop, keys: list[Any], recorded: Mapping[str, Any],
+                     by_name: Mapping[str, Any]) -> str | None:
+    """Why the placeholders the loop left cannot take the restored graphs, or None."""
+    missing = [graph_name(k) for k in keys if graph_name(k) not in by_name]
+    if missing:
+        return f"the archive has no graph for {missing[:3]}"
+    if not keys:
+        return "SGLang's decode loop captured nothing"
+    saved_addresses = recorded.get("attention_addresses")
+    if options.check_metadata() and isinstance(saved_addresses, Mapping):
+        return address_mismatch(saved_addresses, loop.observed)
+    return None
+
+
+def _restore(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., Any], args: tuple,
+             kwargs: dict) -> Any:
+    state = rt.session.recorded_state()
+    recorded: Mapping[str, Any] = state.adapter if state is not None else {}
+    instantiate, threads = options.instantiate_mode()
+    start = time.perf_counter()
+    archive = rt.session.load(instantiate=instantiate, threads=threads)
+    if archive is None:
+        return _FALLBACK
+    rt.archive = archive
+    loaded = time.perf_counter() - start
+    by_name = {g.name: g for g in archive}
+    problem = _plan_problem(runner, recorded, by_name)
+    if problem is not None:
+        rt.fall_back(MismatchError(problem))
+        return _FALLBACK
+
+    loop = CaptureLoop(runner)
+    rt.loop = loop
+    with neutralised(loop, rt.device.empty_cache):
+        result = original(runner, *args, **kwargs)
+    backend = runner.backend
+    keys = list(backend._graphs)
+    problem = _install_problem(loop, keys, recorded, by_name)
+    restored: dict[Any, Any] = {}
+    if problem is None:
+        try:
+            restored = _restored_outputs(keys, recorded, by_name, archive)
+        except MismatchError as exc:
+            problem = str(exc)
+    if problem is not None:
+        backend._graphs.clear()
+        backend._outputs.clear()
+        rt.fall_back(MismatchError(f"restored graphs cannot be used: {problem}"))
+        return _FALLBACK
+
+    for key in keys:
+        backend._graphs[key] = RestoredDecodeGraph(by_name[graph_name(key)])
+        backend._outputs[key] = restored[key]
+    backend._foundry_archive = archive  # SGLang keeps only the graph table; keep the outputs' owner too
+    rt.restored = len(keys)
+    times = getattr(archive, "times", None)
+    logger.info("foundry: restored %d decode graphs in %.2f s (instantiate=%s; images %.2f s, build %.2f s, "
+                "instantiate %.2f s) instead of capturing", len(keys), loaded, instantiate,
+                getattr(times, "images_s", 0.0), getattr(times, "build_s", 0.0), getattr(times, "instantiate_s", 0.0))
+    return result
+
+
+# ---- the seams -----------------------------------------------------------------------------------
+
+
+def driven(rt: runtime.SchedulerRuntime, loop: CaptureLoop, forward_fn: Callable[[], Any]) -> Callable[[], Any]:
+    """The forward ``capture_one`` runs: outside a capture context it is a warmup (SAVE: paused,
+    or in the region; LOAD: the same cache flushes, nothing run), inside one it is the captured
+    forward (SAVE: SGLang's; LOAD: nothing)."""
+    paused = options.warmup_forwards() == "paused"
+
+    def forward() -> Any:
+        if loop.capturing:
+            return None if rt.mode is Mode.LOAD else forward_fn()
+        loop.warmups += 1
+        if rt.mode is Mode.LOAD:
+            if paused:
+                rt.skipped("a capture warmup forward")
+            return None
+        if paused:
+            with rt.paused():
+                return forward_fn()
+        return forward_fn()
+
+    return forward
+
+
+def wrap_capture_one(original: Callable[..., Any]) -> Callable[..., Any]:
+    def capture_one(self: Any, shape_key: Any, forward_fn: Callable[[], Any], *args: Any, **kwargs: Any) -> Any:
+        rt = runtime.current()
+        loop = getattr(rt, "loop", None)
+        if rt is None or loop is None or not rt.region_open or getattr(loop.runner, "backend", None) is not self:
+            return original(self, shape_key, forward_fn, *args, **kwargs)
+        if options.check_metadata():
+            metadata = getattr(getattr(loop.runner, "attn_backend", None), "forward_metadata", None)
+            loop.observed[graph_name(shape_key)] = tensor_addresses(metadata)
+        return original(self, shape_key, driven(rt, loop, forward_fn), *args, **kwargs)
+
+    return capture_one
+
+
+def wrap_decode_capture(original: Callable[..., Any]) -> Callable[..., Any]:
+    def capture(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rt = runtime.current()
+        if (rt is None or rt.phase is not Phase.CAPTURE or rt.capture_seen or not rt.region_open
+                or getattr(self, "model_runner", None) is not rt.runner):
+            return original(self, *args, **kwargs)
+        rt.capture_seen = True
+        check_backend(getattr(self, "backend", None))
+        try:
+            if rt.mode is Mode.LOAD:
+                result = _restore(rt, self, original, args, kwargs)
+                if result is not _FALLBACK:
+                    return result
+            if rt.mode is Mode.SAVE:
+                return _capture_and_save(rt, self, original, args, kwargs)
+            return original(self, *args, **kwargs)
+        finally:
+            rt.loop = None
+
+    return capture
+
+
+def wrap_init_cuda_graphs(original: Callable[..., Any]) -> Callable[..., Any]:
+    def init_cuda_graphs(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rt = runtime.current()
+        if rt is None or rt.phase is not Phase.INIT or getattr(self, "is_draft_worker", False):
+            return original(self, *args, **kwargs)
+        rt.phase = Phase.CAPTURE
+        rt.runner = self
+        try:
+            with runtime.timed("init_cuda_graphs (kernel warmup, decode capture or restore)"):
+                return original(self, *args, **kwargs)
+        finally:
+            rt.phase = Phase.SERVING
+            rt.finish()
+
+    return init_cuda_graphs
+
+
+WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    "capture.model": wrap_init_cuda_graphs,
+    "cg.capture": wrap_decode_capture,
+    "cg.capture_one": wrap_capture_one,
+}
+
+
+def install() -> None:
+    """Wraps the capture seams; SeamError names the first one missing in the installed SGLang."""
+    for name, make in WRAPPERS.items():
+        patching.install(name, make)

@@ -1,0 +1,185 @@
+"""Which SGLang configurations sglang-foundry supports, and the refusal for the others.
+
+Supported in this version: one GPU (tensor, pipeline, data, expert, attention-context and
+decode-context parallel size 1, one node), the decode CUDA graphs of the ``full`` backend
+(one torch CUDA graph per batch size), prefill graphs disabled, no torch.compile, no speculative
+decoding, no LoRA, no memory saver, no symmetric memory, no batch overlap or PD multiplexing, no
+hidden-state outputs, no PD disaggregation, no post-capture KV resizing.
+
+Why each refusal (SGLang 0.5.17 source):
+
+- prefill graphs (``breakable``, the CUDA default, ``tc_piecewise``, ``full``): a second runner
+  with its own capture path the plugin does not save; pass ``--disable-prefill-cuda-graph``;
+- decode backend other than ``full``: ``breakable`` captures through another backend class;
+  ``disabled`` captures nothing, so there is nothing to save or restore;
+- torch.compile: Inductor compiles and autotunes inside the capture warmups, which LOAD skips;
+- memory saver: torch_memory_saver preloads its own allocator and maps weights, KV and graphs
+  outside the deterministic region;
+- symmetric memory, NCCL NVLS, MSCCL++: NCCL memory pools the region cannot back;
+- speculative decoding, LoRA, two-/single-batch overlap, PD multiplexing, hidden-state outputs,
+  profile / debug capture: other graph variants, streams or outputs than the one captured set;
+- PD disaggregation, elastic EP, hierarchical sparse attention: transfer engines and host/device
+  swaps that register or move device memory at run time;
+- ``SGLANG_ENABLE_POST_CAPTURE_KV_SIZING``: resizes the KV pool after capture;
+  ``SGLANG_ENABLE_GRAPH_POOL_PRECARVE`` / ``SGLANG_ENABLE_GRAPH_POOL_BORROW`` (0.5.23): graph-pool
+  sizing from the warmups and other users writing into graph-pool blocks;
+  ``SGLANG_MOONCAKE_CUSTOM_MEM_POOL``: a custom allocator.
+
+Policy: **refuse**. When Foundry is active (an archive is given and the mode is not ``off``) and
+the configuration is not supported, the start fails before the first device allocation of the
+scheduler (and already in the main process when the flags are on the command line), naming every
+unsupported setting, the supported value and the way out (``--foundry-mode off``). A silent normal
+start would hide that every later start pays the full capture. An archive that cannot be used
+(missing, stale, corrupt) is different: it falls back to a normal start (see the fallback policy).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from foundry_core.errors import UnsupportedError
+
+OFF_HINT = "start SGLang with --foundry-mode off (or FOUNDRY_MODE=off) to run it without Foundry"
+PREFILL_FLAG = "--disable-prefill-cuda-graph"
+DECODE_BACKEND = "full"
+DISABLED = "disabled"
+_TRUE = ("1", "true", "yes", "y")
+
+# (field, what to say) for boolean ServerArgs fields that must be off.
+_MUST_BE_OFF = (
+    ("enable_torch_compile", "torch.compile (--enable-torch-compile) compiles inside the capture warmups LOAD skips"),
+    ("enable_memory_saver", "--enable-memory-saver preloads torch_memory_saver, whose allocator bypasses the "
+                            "deterministic region"),
+    ("enable_symm_mem", "--enable-symm-mem allocates NCCL symmetric memory the region cannot back"),
+    ("enable_torch_symm_mem", "--enable-torch-symm-mem allocates symmetric memory the region cannot back"),
+    ("enable_nccl_nvls", "--enable-nccl-nvls maps NVLink SHARP buffers the region cannot back"),
+    ("enable_mscclpp", "--enable-mscclpp registers its own buffers"),
+    ("enable_lora", "LoRA (--enable-lora) captures other graph variants"),
+    ("enable_two_batch_overlap", "two-batch overlap (--enable-two-batch-overlap) splits the captured batch"),
+    ("enable_single_batch_overlap", "single-batch overlap (--enable-single-batch-overlap)"),
+    ("enable_pdmux", "PD multiplexing (--enable-pdmux) captures one graph set per stream"),
+    ("enable_dp_attention", "DP attention (--enable-dp-attention) needs several ranks"),
+    ("enable_return_hidden_states", "--enable-return-hidden-states adds graph outputs"),
+    ("enable_profile_cuda_graph", "--enable-profile-cuda-graph profiles the capture"),
+    ("debug_cuda_graph", "--debug-cuda-graph needs the breakable backend"),
+    ("enable_hisparse", "hierarchical sparse attention (--enable-hisparse) swaps KV between host and device"),
+)
+_PARALLEL = ("tp_size", "pp_size", "dp_size", "ep_size", "attn_cp_size", "moe_dp_size", "dcp_size", "nnodes")
+_ENV_MUST_BE_OFF = (
+    ("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING", "it resizes the KV pool after capture"),
+    ("SGLANG_ENABLE_GRAPH_POOL_PRECARVE", "it sizes the graph pool from the warmups LOAD skips"),
+    ("SGLANG_ENABLE_GRAPH_POOL_BORROW", "other users write into free graph-pool blocks"),
+)
+
+
+class UnsupportedConfigError(UnsupportedError):
+    """SGLang runs with a setting sglang-foundry does not support (the message names it)."""
+
+
+def setting(obj: Any, name: str, default: Any = None) -> Any:
+    """``obj.name``, or ``default`` when it is missing or None (ServerArgs differs between releases)."""
+    value = getattr(obj, name, None)
+    return default if value is None else value
+
+
+def _configured_backend(config: Any, phase: str) -> Any:
+    """``config.<phase>.backend`` of a resolved CudaGraphConfig, or of its dict form."""
+    phase_config = config.get(phase) if isinstance(config, Mapping) else getattr(config, phase, None)
+    if isinstance(phase_config, Mapping):
+        return phase_config.get("backend")
+    return getattr(phase_config, "backend", None)
+
+
+def _flag_backend(server_args: Any, phase: str) -> Any:
+    """The backend the raw flags ask for, for a ServerArgs whose cuda_graph_config is unresolved."""
+    if setting(server_args, f"disable_{phase}_cuda_graph", False) or setting(server_args, "disable_cuda_graph", False):
+        return DISABLED
+    return setting(server_args, f"cuda_graph_backend_{phase}")
+
+
+def graph_backends(server_args: Any) -> tuple[str | None, str | None]:
+    """(decode backend, prefill backend) as SGLang resolved them in ``cuda_graph_config`` (0.5.17
+    resolves it in ``ServerArgs.__post_init__``), else as the raw flags ask; None where neither
+    says (SGLang's default applies)."""
+    config = getattr(server_args, "cuda_graph_config", None)
+    out = []
+    for phase in ("decode", "prefill"):
+        backend = _configured_backend(config, phase)
+        if backend is None:
+            backend = _flag_backend(server_args, phase)
+        out.append(None if backend is None else str(backend))
+    return out[0], out[1]
+
+
+def _graph_problems(server_args: Any) -> list[str]:
+    decode, prefill = graph_backends(server_args)
+    problems = []
+    if decode == DISABLED:
+        problems.append("decode CUDA graphs are disabled, so there is nothing to save or restore (drop "
+                        "--disable-decode-cuda-graph / --cuda-graph-backend-decode disabled)")
+    elif decode not in (None, DECODE_BACKEND):
+        problems.append(f"the decode CUDA-graph backend {decode!r} is not supported (supported: {DECODE_BACKEND!r}; "
+                        "pass --cuda-graph-backend-decode full)")
+    if prefill != DISABLED:
+        shown = "the default" if prefill is None else repr(prefill)
+        problems.append(f"prefill CUDA graphs ({shown} backend) are not supported; pass {PREFILL_FLAG}")
+    return problems
+
+
+def _env_true(environ: Mapping[str, str], name: str) -> bool:
+    return environ.get(name, "").strip().lower() in _TRUE
+
+
+def unsupported_settings(server_args: Any, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Every setting of ``server_args`` (and of the environment) this version cannot handle, as
+    one message each; empty when everything is supported."""
+    env = os.environ if environ is None else environ
+    problems = _graph_problems(server_args)
+    for name in _PARALLEL:
+        value = setting(server_args, name, 1)
+        if value != 1:
+            problems.append(f"{name}={value} is not supported (one GPU on one node in this version)")
+    device = setting(server_args, "device", "cuda")
+    if device != "cuda":
+        problems.append(f"device={device!r} is not supported (CUDA only)")
+    if setting(server_args, "speculative_algorithm") is not None:
+        problems.append(f"speculative decoding (--speculative-algorithm {server_args.speculative_algorithm}) is not "
+                        "supported")
+    if setting(server_args, "lora_paths") and not setting(server_args, "enable_lora", False):
+        problems.append("LoRA adapters (--lora-paths) are not supported")
+    for name, why in _MUST_BE_OFF:
+        if setting(server_args, name, False) is True:
+            problems.append(f"{why}; it is not supported")
+    disaggregation = setting(server_args, "disaggregation_mode", "null")
+    if disaggregation not in ("null", None):
+        problems.append(f"PD disaggregation (--disaggregation-mode {disaggregation}) is not supported")
+    if setting(server_args, "elastic_ep_backend") is not None:
+        problems.append("elastic expert parallelism (--elastic-ep-backend) is not supported")
+    load_mode = setting(server_args, "startup_weight_load_mode", "serial")
+    if load_mode != "serial":
+        problems.append(f"--startup-weight-load-mode {load_mode} commits weights after capture; use serial")
+    for name, why in _ENV_MUST_BE_OFF:
+        if _env_true(env, name):
+            problems.append(f"{name}={env[name]} is not supported: {why} (unset it)")
+    if env.get("SGLANG_MOONCAKE_CUSTOM_MEM_POOL", "").strip():
+        problems.append("SGLANG_MOONCAKE_CUSTOM_MEM_POOL is not supported: its allocator bypasses the deterministic "
+                        "region (unset it)")
+    return problems
+
+
+def format_refusal(problems: list[str]) -> str:
+    return "sglang-foundry cannot run this SGLang configuration: " + "; ".join(problems) + f". Or {OFF_HINT}."
+
+
+def check_supported(server_args: Any, environ: Mapping[str, str] | None = None) -> None:
+    """Raises UnsupportedConfigError listing every unsupported setting; returns when all are fine."""
+    problems = unsupported_settings(server_args, environ)
+    if problems:
+        raise UnsupportedConfigError(format_refusal(problems))
+
+
+def refuse(problem: str) -> UnsupportedConfigError:
+    """The error for one unsupported setting found at a seam (raise it)."""
+    return UnsupportedConfigError(format_refusal([problem]))

@@ -1,0 +1,66 @@
+"""The plugin's own environment variables (all optional; the defaults are the validated path).
+
+- ``FOUNDRY_SGLANG_WARMUP_FORWARDS=paused|region`` (default ``paused``): where SAVE runs the two
+  eager warmup forwards ``FullCudaGraphBackend.capture_one`` makes before each capture. ``paused``:
+  outside the region, in a private PyTorch pool, so the per-shape preparation that follows lands
+  where LOAD (which skips them) puts it; ``region``: in the region, as vLLM's plugin does (lazily
+  created buffers such as cuBLAS workspaces then live in the region). Part of the fingerprint.
+- ``FOUNDRY_SGLANG_INSTANTIATE=eager|parallel|lazy|background`` (default ``eager``) and
+  ``FOUNDRY_SGLANG_INSTANTIATE_THREADS`` (default 4): how LOAD instantiates the restored graphs.
+- ``FOUNDRY_SGLANG_CHECK_METADATA=0``: LOAD no longer compares the attention-metadata addresses of
+  each captured shape with SAVE's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from foundry_core.errors import InvalidArgumentError
+
+WARMUP_FORWARDS_ENV = "FOUNDRY_SGLANG_WARMUP_FORWARDS"
+WARMUP_FORWARDS = ("paused", "region")
+INSTANTIATE_ENV = "FOUNDRY_SGLANG_INSTANTIATE"
+INSTANTIATE_THREADS_ENV = "FOUNDRY_SGLANG_INSTANTIATE_THREADS"
+CHECK_METADATA_ENV = "FOUNDRY_SGLANG_CHECK_METADATA"
+_FALSE = ("0", "false", "no", "off")
+
+
+def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if environ is None else environ
+
+
+def env_flag(name: str, default: bool = True, environ: Mapping[str, str] | None = None) -> bool:
+    """A boolean variable: unset or empty gives ``default``; 0/false/no/off give False."""
+    value = _env(environ).get(name, "").strip().lower()
+    if not value:
+        return default
+    return value not in _FALSE
+
+
+def warmup_forwards(environ: Mapping[str, str] | None = None) -> str:
+    """Where SAVE runs the capture warmup forwards: ``paused`` or ``region``."""
+    value = _env(environ).get(WARMUP_FORWARDS_ENV, "").strip().lower() or WARMUP_FORWARDS[0]
+    if value not in WARMUP_FORWARDS:
+        raise InvalidArgumentError(f"{WARMUP_FORWARDS_ENV}={value!r}: choose one of {', '.join(WARMUP_FORWARDS)}")
+    return value
+
+
+def instantiate_mode(environ: Mapping[str, str] | None = None) -> tuple[str, int]:
+    """How LOAD instantiates the restored graphs (mode, threads)."""
+    from foundry_core.graphs import MODES
+
+    env = _env(environ)
+    mode = env.get(INSTANTIATE_ENV, "").strip().lower() or "eager"
+    if mode not in MODES:
+        raise InvalidArgumentError(f"{INSTANTIATE_ENV}={mode!r}: choose one of {', '.join(MODES)}")
+    try:
+        threads = int(env.get(INSTANTIATE_THREADS_ENV, "4"))
+    except ValueError:
+        raise InvalidArgumentError(f"{INSTANTIATE_THREADS_ENV} must be an integer") from None
+    return mode, max(threads, 1)
+
+
+def check_metadata(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether LOAD compares attention-metadata addresses with SAVE's (default yes)."""
+    return env_flag(CHECK_METADATA_ENV, True, environ)

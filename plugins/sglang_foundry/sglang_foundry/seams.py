@@ -1,0 +1,163 @@
+"""Every place where sglang-foundry touches SGLang, in one declarative list.
+
+The patching code (``patching.py``, ``worker_patches.py``, ``capture_patches.py``, ``cli.py``)
+looks seams up here by name, and the contract checks (``contract.py``,
+tests/engines/test_sglang_contract.py) check this same list against the installed SGLang and
+against release wheels' source. The fields of a :class:`foundry_core.engine.seam.Seam` are
+documented there; ``required=False`` marks a seam the plugin only reads for a check or a log line
+and can do without.
+
+Checked against SGLang 0.5.17 (pins torch 2.11; the release validated on the GPU machine).
+docs/engine-sglang.md has the file:line of each seam in 0.5.17 and 0.5.23 and why it is here.
+
+Why these attributes (0.5.17 scheduler start-up, in order):
+
+- ``bootstrap._init_parallel_groups``: NCCL (``init_distributed_environment``,
+  ``initialize_model_parallel``). The device is already set when it runs (in 0.5.17 by
+  ``ModelRunner.__init__``, in 0.5.23 by ``init_parallel_runtime``), it is called by bare name
+  inside ``bootstrap.py`` in both releases, and never for a draft worker: the region begins at its
+  entry and is sealed when it returns.
+- ``KVCacheConfigurator._resolve_memory_pool_config``: KV sizing by profiling free memory;
+  ``ModelRunner.alloc_memory_pool`` then allocates the pools from its ``MemoryPoolConfig``.
+- ``BaseRunner.warmup``: the once-per-process kernel warmup (FlashInfer workspaces and autotune,
+  DeepGEMM), first reached from ``EagerRunner.__init__``.
+- ``ModelRunner.init_cuda_graphs``: the capture phase; the region ends when it returns.
+- ``DecodeCudaGraphRunner.capture`` / ``FullCudaGraphBackend.capture_one``: the decode capture
+  loop and the per-shape warmup forwards and capture; ``_graphs`` / ``_outputs`` are the tables
+  ``FullCudaGraphBackend.replay`` reads.
+"""
+
+from __future__ import annotations
+
+from foundry_core.engine.seam import KINDS, Seam, SeamTable
+
+__all__ = ["KINDS", "Seam", "SEAMS", "TABLE", "TESTED_VERSIONS", "BY_NAME", "seam", "source_files"]
+
+TESTED_VERSIONS = ("0.5.17",)
+
+_BOOTSTRAP = "sglang.srt.distributed.bootstrap"
+_RUNNER = "sglang.srt.model_executor.model_runner"
+_KVC = "sglang.srt.mem_cache.kv_cache_configurator"
+_DCGR = "sglang.srt.model_executor.runner.decode_cuda_graph_runner"
+_FCGB = "sglang.srt.model_executor.runner_backend.full_cuda_graph_backend"
+_SCHEDULER = "sglang.srt.managers.scheduler"
+
+SEAMS: tuple[Seam, ...] = (
+    # ---- plugin loading and processes ------------------------------------------------------
+    Seam("plugins.group", "sglang.srt.plugins", "GENERAL_PLUGINS_GROUP", "constant", value="sglang.srt.plugins",
+         purpose="the entry-point group SGLang loads in the main process and in every scheduler process"),
+    Seam("plugins.load", "sglang.srt.plugins", "load_plugins", "function",
+         purpose="calls register() once per process (a plugin that raises is only logged)"),
+    Seam("process.scheduler", _SCHEDULER, "run_scheduler_process", "function",
+         params=("server_args", "port_args", "gpu_id"), calls=("load_plugins",),
+         purpose="the spawn target of scheduler processes: register() recognises them by it and installs the "
+                 "worker and capture seams there"),
+    Seam("process.start_method", "sglang.srt.entrypoints.engine", "_set_envs_and_config", "function",
+         params=("server_args",), calls=("mp.set_start_method",),
+         purpose="SGLang spawns its children, so the LD_PRELOAD the main process sets reaches every scheduler"),
+    # ---- command line ----------------------------------------------------------------------
+    # Not required: without them register() warns that the flags are unavailable, and
+    # FOUNDRY_ARCHIVE / FOUNDRY_MODE still work (as with sglang.Engine).
+    Seam("cli.add_cli_args", "sglang.srt.server_args", "ServerArgs.add_cli_args", "staticmethod",
+         params=("parser",), required=False, purpose="adds --foundry-archive and --foundry-mode"),
+    Seam("cli.from_cli_args", "sglang.srt.server_args", "ServerArgs.from_cli_args", "classmethod",
+         params=("cls", "args"), required=False,
+         purpose="exports the flags as FOUNDRY_ARCHIVE / FOUNDRY_MODE and refuses unsupported settings early"),
+    # ---- configuration read by the adapter and the mode check -------------------------------
+    Seam("config.graph_backend", "sglang.srt.model_executor.cuda_graph_config", "Backend", "enum",
+         members=("FULL", "BREAKABLE", "TC_PIECEWISE", "DISABLED"),
+         purpose="the supported-mode check (decode backend full, prefill backend disabled)"),
+    # SGLang declares its variables as attributes of ``Envs`` (read through ``envs.X.get()``), so
+    # the seam is the declaration; modes.py reads the variable from the environment.
+    Seam("env.post_capture_kv", "sglang.srt.environ", "Envs.SGLANG_ENABLE_POST_CAPTURE_KV_SIZING", "constant",
+         purpose="refused when true: it resizes the KV pool after capture"),
+    # ---- NCCL and the region ---------------------------------------------------------------
+    Seam("worker.parallel_groups", _BOOTSTRAP, "_init_parallel_groups", "function",
+         params=("backend", "dist_init_method", "server_args"),
+         calls=("init_distributed_environment", "initialize_model_parallel"),
+         purpose="refuses unsupported settings, then session.begin() before NCCL (device already set) and the "
+                 "determinism boundary after"),
+    Seam("worker.torch_distributed", _RUNNER, "ModelRunner.init_torch_distributed", "method", params=("self",),
+         calls=("bootstrap.init_torch_distributed",), required=False,
+         purpose="0.5.17: where the scheduler reaches NCCL, after ModelRunner.__init__ set the device"),
+    # ---- KV cache --------------------------------------------------------------------------
+    Seam("kv.resolve", _KVC, "KVCacheConfigurator._resolve_memory_pool_config", "method",
+         params=("self", "pre_model_load_memory"), calls=("self._profile_available_bytes",),
+         purpose="LOAD: the recorded MemoryPoolConfig instead of profiling; SAVE: profiles outside the region "
+                 "and records it"),
+    Seam("kv.configure", _KVC, "KVCacheConfigurator.configure", "method", params=("self", "pre_model_load_memory"),
+         calls=("self._resolve_memory_pool_config",),
+         purpose="the KV configurator sizes the pools from what _resolve_memory_pool_config returns"),
+    Seam("kv.config", "sglang.srt.model_executor.pool_configurator", "MemoryPoolConfig.max_running_requests",
+         "constant",
+         purpose="LOAD rebuilds MemoryPoolConfig (a dataclass) with keywords from the recorded fields"),
+    Seam("runner.alloc_memory_pool", _RUNNER, "ModelRunner.alloc_memory_pool", "method",
+         params=("self", "memory_pool_config"), calls=("self.kv_cache_configurator.configure",),
+         assigns=("max_total_num_tokens", "max_running_requests", "token_to_kv_pool", "memory_pool_config"),
+         purpose="records the KV pool size (tokens, bytes) at SAVE, checks it at LOAD"),
+    Seam("runner.post_capture_resize", _RUNNER, "ModelRunner.post_capture_resize_kv_pool", "method",
+         params=("self",), purpose="refused when reached: the KV pool must not change after capture"),
+    # ---- warmup ----------------------------------------------------------------------------
+    Seam("warmup.runner", "sglang.srt.model_executor.runner.base_runner", "BaseRunner.warmup", "method",
+         params=("self",), purpose="LOAD: skipped; SAVE: runs outside the region"),
+    Seam("warmup.eager", "sglang.srt.model_executor.runner.eager_runner", "EagerRunner.__init__", "method",
+         params=("self", "model_runner"), calls=("self.warmup",), required=False,
+         purpose="where the kernel warmup first runs (before the prefill and decode runners)"),
+    # ---- capture ---------------------------------------------------------------------------
+    Seam("capture.model", _RUNNER, "ModelRunner.init_cuda_graphs", "method", params=("self",),
+         calls=("capture_cuda_graphs",), assigns=("decode_cuda_graph_runner",),
+         purpose="the capture phase; the region ends when it returns"),
+    Seam("cg.runner_init", _DCGR, "DecodeCudaGraphRunner.__init__", "method", params=("self", "model_runner"),
+         calls=("get_batch_sizes_to_capture", "resolve_decode_backend", "self.capture"),
+         assigns=("capture_bs", "max_bs", "attn_backend", "backend"),
+         purpose="the decode runner: capture sizes, attention backend and graph backend the capture seams read"),
+    Seam("cg.capture", _DCGR, "DecodeCudaGraphRunner.capture", "method", params=("self",),
+         purpose="SAVE: SGLang's own loop with graphs that keep their CUgraph, then save; LOAD: the same loop with "
+                 "forwards and captures neutralised, restored graphs installed"),
+    Seam("cg.capture_one_shape", _DCGR, "DecodeCudaGraphRunner.capture_one_shape", "method",
+         params=("self", "size", "forward"),
+         calls=("self.capture_prepare", "attn_backend.init_forward_metadata_out_graph", "self.backend.capture_one"),
+         purpose="the per-shape metadata preparation LOAD keeps running in SGLang's order"),
+    Seam("cg.graph_key", _DCGR, "DecodeCudaGraphRunner._make_graph_key", "method", params=("self", "size"),
+         required=False, purpose="LOAD checks the archive holds every key SGLang will capture before the loop"),
+    Seam("cg.graph_size", _DCGR, "DecodeCudaGraphRunner._capture_graph_size", "method", params=("self",),
+         required=False, purpose="the size part of a graph key (bs, or tokens for ragged verify)"),
+    Seam("cg.backend_select", _DCGR, "resolve_decode_backend", "function", params=("cuda_graph_runner",),
+         defined_in="sglang.srt.model_executor.runner_backend.utils", calls=("FullCudaGraphBackend",),
+         required=False,
+         purpose="the decode backend is FullCudaGraphBackend (one torch CUDA graph per shape); the capture seam "
+                 "refuses any other backend it finds"),
+    Seam("cg.backend_init", _FCGB, "FullCudaGraphBackend.__init__", "method", params=("self", "cuda_graph_runner"),
+         assigns=("_graphs", "_outputs", "_device_module"),
+         purpose="the graph and output tables the plugin fills at LOAD"),
+    Seam("cg.capture_one", _FCGB, "FullCudaGraphBackend.capture_one", "method",
+         params=("self", "shape_key", "forward_fn"), calls=("torch.cuda.CUDAGraph", "forward_fn", "graph_ctx"),
+         assigns=("_graphs", "_outputs"),
+         purpose="warmup forwards (SAVE: paused; LOAD: skipped) and the capture through torch.cuda.CUDAGraph and "
+                 "torch.cuda.graph, both looked up at call time"),
+    Seam("cg.replay", _FCGB, "FullCudaGraphBackend.replay", "method", params=("self", "shape_key"),
+         purpose="replays self._graphs[key] (restored graphs have .replay()) and returns self._outputs[key]"),
+    Seam("out.logits_output", "sglang.srt.layers.logits_processor", "LogitsProcessorOutput.hidden_states",
+         "constant",
+         purpose="the decode graphs' output object (a dataclass), rebuilt at LOAD around the restored tensors"),
+)
+
+TABLE = SeamTable(
+    engine="SGLang", package="sglang", tested_versions=TESTED_VERSIONS, seams=SEAMS,
+    # Only read or recognised, never wrapped: load_plugins is called from other modules, and
+    # run_scheduler_process is a spawn target, not a call.
+    read_only_modules=("sglang.srt.plugins", _SCHEDULER),
+)
+
+BY_NAME: dict[str, Seam] = TABLE.by_name
+
+
+def seam(name: str) -> Seam:
+    """The seam called ``name``; KeyError naming the known ones otherwise."""
+    return TABLE.seam(name)
+
+
+def source_files() -> list[str]:
+    """Every file (relative path, module or package form) a seam may live in, for the source
+    contract check; only some of them exist."""
+    return TABLE.source_files()

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# SGLang + Foundry on one GPU: an unmodified start, a SAVE start, then a LOAD start, each a fresh
+# `python -m sglang.launch_server`, with identical greedy tokens checked across the three, and the
+# SAVE / LOAD starts checked to have saved / restored (a start that fell back would still give
+# identical tokens, so the `foundry:` log lines are the proof).
+#
+# Usage: bash recipe/sglang/save_then_load.sh [MODEL_DIR] [ARCHIVE_DIR]
+#   MODEL_DIR    default /tmp/tiny-qwen3 (written with tiny_model.py when missing; dummy weights)
+#   ARCHIVE_DIR  default /tmp/foundry-sglang-archive (removed first: the SAVE start writes it)
+# Env: SIZES (default "1 2 4 8 16 32") decode CUDA-graph batch sizes; CONTEXT_LENGTH (2048);
+#      MAX_RUNNING (32); MEM_FRACTION (0.5); PORT (30011); PROMPTS (32); TOKENS (64);
+#      BASELINE=0 skips the unmodified start; DISABLE_OVERLAP=1 (default) passes
+#      --disable-overlap-schedule (one variable fewer for the first validation; 0 keeps SGLang's
+#      default); SKIP_SERVER_WARMUP=1 passes --skip-server-warmup (same on every start);
+#      EXTRA_ARGS: more launch_server flags, the same for every start; PYTHON (python3);
+#      SGLANG_ENV: a file to source first (the GPU machine's pack: /tmp/site/sglang-env.sh);
+#      TINY_MODEL: tiny_model.py (default: the enginepack's); START_TIMEOUT (900 s: the first start
+#      JIT-compiles kernels).
+# Output: OUT_DIR (default /tmp/foundry-sglang-recipe) holds one log and one JSON per start.
+set -euo pipefail
+MODEL="${1:-/tmp/tiny-qwen3}"
+ARCHIVE="${2:-/tmp/foundry-sglang-archive}"
+SIZES="${SIZES:-1 2 4 8 16 32}"
+CONTEXT_LENGTH="${CONTEXT_LENGTH:-2048}"
+MAX_RUNNING="${MAX_RUNNING:-32}"
+MEM_FRACTION="${MEM_FRACTION:-0.5}"
+PORT="${PORT:-30011}"
+PROMPTS="${PROMPTS:-32}"
+TOKENS="${TOKENS:-64}"
+PYTHON="${PYTHON:-python3}"
+OUT="${OUT_DIR:-/tmp/foundry-sglang-recipe}"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [ -n "${SGLANG_ENV:-}" ]; then
+  # shellcheck disable=SC1090
+  source "$SGLANG_ENV"
+fi
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+
+if [ ! -f "$MODEL/config.json" ]; then
+  gen="${TINY_MODEL:-}"
+  for cand in "$HERE/../../shared/tools/enginepack/tiny_model.py" "$HERE/../../../shared/tools/enginepack/tiny_model.py"; do
+    [ -n "$gen" ] || { [ -f "$cand" ] && gen="$cand"; }
+  done
+  [ -n "$gen" ] || { echo "tiny_model.py not found; set TINY_MODEL" >&2; exit 1; }
+  "$PYTHON" "$gen" "$MODEL"
+fi
+rm -rf "$ARCHIVE"
+
+# The same flags on every start: anything that shapes the graphs is part of the archive's
+# fingerprint, and a LOAD with other flags falls back (which this script reports as a failure).
+# shellcheck disable=SC2206
+FLAGS=( --model-path "$MODEL" --load-format dummy --attention-backend triton --sampling-backend pytorch
+        --disable-prefill-cuda-graph --cuda-graph-bs-decode $SIZES --disable-flashinfer-autotune
+        --mem-fraction-static "$MEM_FRACTION" --context-length "$CONTEXT_LENGTH" --max-running-requests "$MAX_RUNNING"
+        --random-seed 0 --served-model-name tiny --host 127.0.0.1 --port "$PORT" )
+[ "${DISABLE_OVERLAP:-1}" = 1 ] && FLAGS+=( --disable-overlap-schedule )
+[ "${SKIP_SERVER_WARMUP:-0}" = 1 ] && FLAGS+=( --skip-server-warmup )
+# shellcheck disable=SC2206
+[ -n "${EXTRA_ARGS:-}" ] && FLAGS+=( ${EXTRA_ARGS} )
+
+SERVER_PGID=""
+stop_server() {  # the server and every process it spawned (its own process group)
+  [ -n "$SERVER_PGID" ] || return 0
+  kill -TERM -- "-$SERVER_PGID" 2>/dev/null || true
+  for _ in $(seq 1 60); do kill -0 -- "-$SERVER_PGID" 2>/dev/null || break; sleep 0.5; done
+  kill -KILL -- "-$SERVER_PGID" 2>/dev/null || true
+  SERVER_PGID=""
+}
+trap stop_server EXIT
+
+run() {  # NAME [foundry flags...]: one start, its /health time and greedy tokens in $OUT/NAME.json
+  local name="$1"; shift
+  echo "=== $name: python -m sglang.launch_server ... $*"
+  local t0 rc=0
+  t0=$(date +%s.%N)
+  # setsid: the server leads its own process group, so stop_server reaches its schedulers too.
+  env -u FOUNDRY_ARCHIVE -u FOUNDRY_MODE setsid "$PYTHON" -m sglang.launch_server "${FLAGS[@]}" "$@" \
+    > "$OUT/$name.log" 2>&1 &
+  SERVER_PGID=$!
+  "$PYTHON" - "$PORT" "${START_TIMEOUT:-900}" "$SERVER_PGID" "$t0" "$OUT/$name.json" "$PROMPTS" "$TOKENS" <<'EOF' || rc=$?
+import json, os, sys, time, urllib.request
+port, limit, pid, t0, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+prompts, tokens = int(sys.argv[6]), int(sys.argv[7])
+base = f"http://127.0.0.1:{port}"
+while True:
+    try:
+        with urllib.request.urlopen(base + "/health", timeout=2) as r:
+            if r.status == 200:
+                break
+    except Exception:
+        pass
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        sys.exit("sglang.launch_server exited before /health answered")
+    if time.time() - t0 > limit:
+        sys.exit(f"timed out after {limit:.0f} s waiting for /health")
+    time.sleep(0.2)
+ready = time.time() - t0
+
+def generate(texts):
+    body = {"text": texts, "sampling_params": {"temperature": 0.0, "max_new_tokens": tokens, "ignore_eos": True}}
+    req = urllib.request.Request(base + "/generate", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return json.load(r)
+
+# One batched request (decode batches up to the largest graph), then one prompt alone (batch 1).
+texts = [f"hello world the model number {i} said" for i in range(prompts)]
+batched = generate(texts)
+single = generate(texts[0])
+runs = [*batched, single] if isinstance(batched, list) else [batched, single]
+ids = [r["output_ids"] for r in runs]
+assert all(len(x) == tokens for x in ids), [len(x) for x in ids]
+json.dump({"ready_s": ready, "tokens": ids}, open(out, "w"))
+print(f"/health 200 after {ready:.1f} s; {len(ids)} completions of {tokens} tokens")
+EOF
+  stop_server
+  grep -E "foundry:|Capture .*decode|KV Cache is allocated" "$OUT/$name.log" || true
+  [ "$rc" = 0 ] || { tail -n 80 "$OUT/$name.log"; exit "$rc"; }
+}
+
+names=()
+if [ "${BASELINE:-1}" = 1 ]; then
+  run baseline
+  if grep -q "foundry: rank" "$OUT/baseline.log"; then
+    echo "the unmodified start ran Foundry (FOUNDRY_* set somewhere?); see $OUT/baseline.log" >&2; exit 1
+  fi
+  names+=(baseline)
+fi
+
+run save --foundry-archive "$ARCHIVE" --foundry-mode save; names+=(save)
+# A start that fell back would still produce identical tokens: check each did what it was asked.
+grep -qE "foundry: captured [0-9]+ decode graphs in .* saved [0-9]+ graphs to " "$OUT/save.log" \
+  || { echo "the SAVE start wrote no archive (see $OUT/save.log)" >&2; exit 1; }
+
+run load --foundry-archive "$ARCHIVE" --foundry-mode load; names+=(load)
+grep -qE "foundry: restored [0-9]+ decode graphs in " "$OUT/load.log" \
+  || { echo "the LOAD start restored no graphs (see $OUT/load.log)" >&2; exit 1; }
+if grep -qE "foundry: .*(cannot load the archive|does not use the archive)" "$OUT/load.log"; then
+  echo "the LOAD start fell back (see $OUT/load.log)" >&2; exit 1
+fi
+saved=$(grep -oE "captured [0-9]+ decode graphs" "$OUT/save.log" | grep -oE "[0-9]+" | head -n1)
+restored=$(grep -oE "restored [0-9]+ decode graphs" "$OUT/load.log" | grep -oE "[0-9]+" | head -n1)
+[ "$saved" = "$restored" ] || { echo "SAVE captured $saved decode graphs, LOAD restored $restored" >&2; exit 1; }
+
+"$PYTHON" - "$OUT" "${names[@]}" <<'EOF'
+import json, sys
+out, names = sys.argv[1], sys.argv[2:]
+runs = {n: json.load(open(f"{out}/{n}.json")) for n in names}
+for n, r in runs.items():
+    print(f"{n:9s} ready {r['ready_s']:6.1f} s")
+ref = runs[names[0]]["tokens"]
+bad = [n for n in names[1:] if runs[n]["tokens"] != ref]
+if bad:
+    sys.exit(f"greedy tokens differ from {names[0]}: {', '.join(bad)}")
+print(f"identical greedy tokens ({len(ref)} completions) across {', '.join(names)}")
+EOF

@@ -1,0 +1,1394 @@
+"""sglang-foundry without SGLang: registration, CLI flags, adapter fingerprint, mode refusal, seam
+patching, and the SAVE / LOAD flows of the worker and capture seams over a fake SGLang whose
+modules have the real names and the shapes listed in sglang_foundry/seams.py.
+
+The flows run the real EngineSession (mode resolution, fingerprint, engine_state.json written and
+read back, fallback policy) over a region runtime without a GPU (test_engine_support.FakeRuntime)
+and stand-ins for save_graphs / load_graphs that keep the saved graphs' output tensors."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import logging
+import multiprocessing
+import os
+import sys
+import textwrap
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from test_engine_support import ENVIRONMENT, FakeRuntime, manifest_doc
+
+PLUGIN_DIR = Path(__file__).resolve().parents[2] / "plugins" / "sglang_foundry"
+try:
+    import sglang_foundry  # noqa: F401  (installed?)
+except ImportError:  # not installed: test the source tree
+    sys.path.insert(0, str(PLUGIN_DIR))
+
+from foundry_core.engine import EngineSession, Mode, get_plugin_manager  # noqa: E402
+from foundry_core.engine.layout import rank_dir  # noqa: E402
+from foundry_core.errors import InvalidArgumentError, MismatchError, StateError, UnsupportedError  # noqa: E402
+from foundry_core.fingerprint import check_fingerprint  # noqa: E402
+from foundry_core.manifest import MANIFEST_NAME, read_manifest, write_manifest  # noqa: E402
+
+from sglang_foundry import adapter as adapter_mod  # noqa: E402
+from sglang_foundry import (  # noqa: E402
+    capture_patches,
+    cli,
+    contract,
+    modes,
+    options,
+    outputs,
+    patching,
+    runtime,
+    seams,
+    worker_patches,
+)
+
+register_mod = importlib.import_module("sglang_foundry.register")  # the package attribute is the function
+
+# Variables the plugin writes to os.environ itself (not through monkeypatch): saved and put back.
+FOUNDRY_ENV = ("FOUNDRY_ARCHIVE", "FOUNDRY_MODE", "FOUNDRY_STRICT", "FOUNDRY_FALLBACK", "FOUNDRY_SGLANG_INSTANTIATE",
+               "FOUNDRY_SGLANG_CHECK_METADATA", "FOUNDRY_SGLANG_WARMUP_FORWARDS", "LD_PRELOAD", "NCCL_CUMEM_ENABLE",
+               "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+               "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING", "SGLANG_MOONCAKE_CUSTOM_MEM_POOL")
+
+
+@pytest.fixture(autouse=True)
+def clean_state(monkeypatch):
+    saved_env = {key: os.environ.pop(key, None) for key in FOUNDRY_ENV}
+    register_mod._reset_for_tests()
+    runtime.reset()
+    foundry_logger = logging.getLogger("foundry")
+    saved = (list(foundry_logger.handlers), foundry_logger.propagate, foundry_logger.level)
+    yield
+    patching.uninstall_all()
+    register_mod._reset_for_tests()
+    runtime.reset()
+    foundry_logger.handlers[:], foundry_logger.propagate, foundry_logger.level = saved
+    for key, value in saved_env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+# ---- a fake SGLang with the real module names -------------------------------------------------
+
+
+class FakeTensor:
+    """A CUDA tensor as far as the plugin looks: an address and a shape; slicing keeps the address."""
+
+    is_cuda = True
+
+    def __init__(self, ptr: int, shape: tuple[int, ...] = (8,)):
+        self.ptr, self.shape = ptr, tuple(shape)
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+    def __getitem__(self, item):
+        if isinstance(item, slice):
+            return FakeTensor(self.ptr, (len(range(*item.indices(self.shape[0]))), *self.shape[1:]))
+        return self
+
+    def __repr__(self) -> str:
+        return f"FakeTensor({self.ptr:#x}, {self.shape})"
+
+
+FAKE_SOURCES = {
+    "sglang.srt.plugins": """
+        GENERAL_PLUGINS_GROUP = "sglang.srt.plugins"
+
+        def load_plugins():
+            pass
+    """,
+    "sglang.srt.environ": """
+        class Envs:
+            SGLANG_ENABLE_POST_CAPTURE_KV_SIZING = False
+    """,
+    "sglang.srt.model_executor.cuda_graph_config": """
+        import dataclasses
+        from typing import List, Optional
+
+        class Backend:
+            FULL = "full"
+            BREAKABLE = "breakable"
+            TC_PIECEWISE = "tc_piecewise"
+            DISABLED = "disabled"
+
+        @dataclasses.dataclass
+        class PhaseConfig:
+            backend: str = Backend.DISABLED
+            max_bs: Optional[int] = None
+            bs: Optional[List[int]] = None
+
+        @dataclasses.dataclass
+        class CudaGraphConfig:
+            decode: PhaseConfig = dataclasses.field(default_factory=lambda: PhaseConfig(Backend.FULL, 8, [1, 2, 4, 8]))
+            prefill: PhaseConfig = dataclasses.field(default_factory=lambda: PhaseConfig(Backend.BREAKABLE))
+    """,
+    "sglang.srt.server_args": """
+        import dataclasses
+        from typing import Any, List, Optional
+
+        from sglang.srt.model_executor.cuda_graph_config import Backend, CudaGraphConfig
+
+        @dataclasses.dataclass
+        class ServerArgs:
+            model_path: str = "/models/tiny-qwen3"
+            revision: Optional[str] = None
+            dtype: str = "auto"
+            quantization: Optional[str] = None
+            context_length: Optional[int] = 2048
+            load_format: str = "dummy"
+            attention_backend: Optional[str] = "triton"
+            sampling_backend: Optional[str] = "pytorch"
+            mem_fraction_static: Optional[float] = 0.5
+            max_running_requests: Optional[int] = 8
+            page_size: int = 1
+            kv_cache_dtype: str = "auto"
+            chunked_prefill_size: Optional[int] = 8192
+            tp_size: int = 1
+            pp_size: int = 1
+            dp_size: int = 1
+            ep_size: int = 1
+            device: str = "cuda"
+            speculative_algorithm: Optional[str] = None
+            enable_lora: bool = False
+            lora_paths: Optional[List[str]] = None
+            enable_torch_compile: bool = False
+            enable_memory_saver: bool = False
+            enable_symm_mem: bool = False
+            enable_return_hidden_states: bool = False
+            disaggregation_mode: str = "null"
+            disable_prefill_cuda_graph: bool = False
+            cuda_graph_bs_decode: Optional[List[int]] = None
+            cuda_graph_backend_decode: Optional[str] = None
+            cuda_graph_config: Any = None
+
+            def __post_init__(self):
+                # SGLang 0.5.17 resolves the graph config here (materialize_declarations).
+                if self.cuda_graph_config is None:
+                    config = CudaGraphConfig()
+                    if self.cuda_graph_bs_decode:
+                        config.decode.bs = list(self.cuda_graph_bs_decode)
+                    if self.cuda_graph_backend_decode:
+                        config.decode.backend = self.cuda_graph_backend_decode
+                    if self.disable_prefill_cuda_graph:
+                        config.prefill.backend = Backend.DISABLED
+                    self.cuda_graph_config = config
+
+            @staticmethod
+            def add_cli_args(parser):
+                parser.add_argument("--model-path", default="/models/tiny-qwen3")
+                parser.add_argument("--tp-size", type=int, default=1)
+                parser.add_argument("--enable-torch-compile", action="store_true")
+                parser.add_argument("--disable-prefill-cuda-graph", action="store_true")
+                parser.add_argument("--cuda-graph-bs-decode", type=int, nargs="+")
+
+            @classmethod
+            def from_cli_args(cls, args):
+                names = [f.name for f in dataclasses.fields(cls) if hasattr(args, f.name)]
+                return cls(**{n: getattr(args, n) for n in names})
+    """,
+    "sglang.srt.distributed.bootstrap": """
+        import types
+
+        from sglang import LOG
+
+        def init_distributed_environment(**kwargs):
+            LOG.append("nccl")
+
+        def initialize_model_parallel(**kwargs):
+            LOG.append("groups")
+
+        def _init_parallel_groups(*, backend, dist_init_method, server_args, model_config, gpu_id, tp_rank,
+                                  tp_size, pp_rank, pp_size):
+            init_distributed_environment(backend=backend, rank=tp_size * pp_rank + tp_rank)
+            initialize_model_parallel(tensor_model_parallel_size=tp_size)
+
+        def init_torch_distributed(*, server_args, model_config, device, ps, dist_port, is_draft_worker):
+            if not is_draft_worker:
+                _init_parallel_groups(backend="nccl", dist_init_method="tcp://127.0.0.1:1", server_args=server_args,
+                                      model_config=model_config, gpu_id=ps.gpu_id, tp_rank=ps.tp_rank,
+                                      tp_size=ps.tp_size, pp_rank=ps.pp_rank, pp_size=ps.pp_size)
+            return types.SimpleNamespace(tp_group=None, pp_group=None, attention_tp_group=None,
+                                         pre_model_load_memory=80.0)
+    """,
+    "sglang.srt.model_executor.pool_configurator": """
+        import dataclasses
+        from typing import Optional
+
+        @dataclasses.dataclass
+        class MemoryPoolConfig:
+            max_total_num_tokens: int
+            max_running_requests: Optional[int] = None
+            full_max_total_num_tokens: Optional[int] = None
+            swa_max_total_num_tokens: Optional[int] = None
+            mem_fraction_static: Optional[float] = None
+
+            def __post_init__(self):
+                if self.max_total_num_tokens <= 0:
+                    raise RuntimeError("Not enough memory")
+    """,
+    "sglang.srt.mem_cache.kv_cache_configurator": """
+        import types
+
+        from sglang import KNOBS, LOG
+        from sglang.srt.model_executor.pool_configurator import MemoryPoolConfig
+
+        class KVPool:
+            def __init__(self, tokens):
+                self.tokens = tokens
+
+            def get_kv_size_bytes(self):
+                half = self.tokens * KNOBS["bytes_per_token"] // 2
+                return half, half
+
+        class KVCacheConfigurator:
+            def __init__(self, model_runner):
+                self.server_args = model_runner.server_args
+                self.is_draft_worker = model_runner.is_draft_worker
+                self.mambaish_config = KNOBS.get("mamba")
+
+            def _profile_available_bytes(self, pre_model_load_memory):
+                LOG.append("profile")
+                return KNOBS["free_bytes"]
+
+            def _resolve_memory_pool_config(self, pre_model_load_memory):
+                available = self._profile_available_bytes(pre_model_load_memory)
+                config = MemoryPoolConfig(max_total_num_tokens=available // KNOBS["bytes_per_token"])
+                config.max_running_requests = self.server_args.max_running_requests
+                config.mem_fraction_static = self.server_args.mem_fraction_static
+                return config
+
+            def configure(self, *, pre_model_load_memory):
+                config = self._resolve_memory_pool_config(pre_model_load_memory)
+                LOG.append(("kv_pool", config.max_total_num_tokens))
+                return types.SimpleNamespace(max_total_num_tokens=config.max_total_num_tokens,
+                                             max_running_requests=config.max_running_requests,
+                                             token_to_kv_pool=KVPool(config.max_total_num_tokens),
+                                             memory_pool_config=config)
+    """,
+    "sglang.srt.layers.logits_processor": """
+        import dataclasses
+        from typing import Any, Optional
+
+        @dataclasses.dataclass
+        class LogitsProcessorOutput:
+            next_token_logits: Any
+            hidden_states: Optional[Any] = None
+            customized_info: Optional[Any] = None
+    """,
+    "sglang.srt.model_executor.runner.shape_key": """
+        import dataclasses
+        from typing import Optional
+
+        @dataclasses.dataclass(frozen=True)
+        class ShapeKey:
+            size: int
+            stream_idx: Optional[int] = None
+            variant_label: Optional[str] = None
+    """,
+    "sglang.srt.model_executor.runner.base_runner": """
+        import torch
+
+        from sglang import LOG
+
+        class BaseRunner:
+            def __init__(self, model_runner):
+                self.model_runner = model_runner
+                self.device_module = torch.cuda
+
+            def warmup(self):
+                mr = self.model_runner
+                if getattr(mr, "_kernel_warmed_up", False):
+                    return
+                mr._kernel_warmed_up = True
+                LOG.append("kernel_warmup")
+    """,
+    "sglang.srt.model_executor.runner.eager_runner": """
+        from sglang import LOG
+        from sglang.srt.model_executor.runner.base_runner import BaseRunner
+
+        class EagerRunner(BaseRunner):
+            def __init__(self, model_runner):
+                super().__init__(model_runner)
+                LOG.append("eager_buffers")
+                self.warmup()
+    """,
+    "sglang.srt.model_executor.runner_backend.full_cuda_graph_backend": """
+        import torch
+
+        class FullCudaGraphBackend:
+            def __init__(self, cuda_graph_runner, *, enable_memory_saver=False):
+                self._graphs = {}
+                self._outputs = {}
+                self._pool = None
+                self._device_module = cuda_graph_runner.device_module
+
+            def capture_one(self, shape_key, forward_fn, capture_inputs=None, post_warmup_hook=None):
+                for _ in range(2):
+                    forward_fn()
+                    if post_warmup_hook is not None:
+                        post_warmup_hook()
+                graph = torch.cuda.CUDAGraph()
+                graph_ctx = self._device_module.graph
+                with graph_ctx(cuda_graph=graph, pool=self._pool, stream=None):
+                    out = forward_fn()
+                self._graphs[shape_key] = graph
+                self._outputs[shape_key] = out
+
+            def replay(self, shape_key, static_forward_batch, **kwargs):
+                self._graphs[shape_key].replay()
+                return self._outputs[shape_key]
+
+            def cleanup(self):
+                for graph in self._graphs.values():
+                    graph.reset()
+                self._graphs.clear()
+                self._outputs.clear()
+    """,
+    "sglang.srt.model_executor.runner_backend.utils": """
+        from sglang.srt.model_executor.runner_backend.full_cuda_graph_backend import FullCudaGraphBackend
+
+        class BreakableCudaGraphBackend:
+            def __init__(self, cuda_graph_runner):
+                self._graphs = {}
+
+        def resolve_decode_backend(cuda_graph_runner):
+            if cuda_graph_runner.model_runner.server_args.cuda_graph_config.decode.backend == "breakable":
+                return BreakableCudaGraphBackend(cuda_graph_runner)
+            return FullCudaGraphBackend(cuda_graph_runner)
+    """,
+    "sglang.srt.model_executor.runner.decode_cuda_graph_runner": """
+        import types
+
+        from sglang import LOG, FakeTensor, KNOBS
+        from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+        from sglang.srt.model_executor.runner.base_runner import BaseRunner
+        from sglang.srt.model_executor.runner.shape_key import ShapeKey
+        from sglang.srt.model_executor.runner_backend.utils import resolve_decode_backend
+
+        def get_batch_sizes_to_capture(model_runner, captured_req_width=1):
+            sizes = list(model_runner.server_args.cuda_graph_config.decode.bs)
+            limit = model_runner.max_running_requests
+            return sorted({min(bs, limit) for bs in sizes}), []
+
+        class DecodeCudaGraphRunner(BaseRunner):
+            def __init__(self, model_runner):
+                super().__init__(model_runner)
+                self.attn_backend = model_runner.attn_backend
+                self.captured_req_width = 1
+                self.capture_bs, self.compile_bs = get_batch_sizes_to_capture(model_runner)
+                self.max_bs = max(self.capture_bs)
+                self.attn_backend.init_cuda_graph_state(self.max_bs, self.max_bs)
+                # The shared logits buffer the decode graphs copy into (GraphSharedOutput).
+                self.buffers = types.SimpleNamespace(logits=FakeTensor(KNOBS["logits_ptr"], (self.max_bs, 32000)))
+                self.backend = resolve_decode_backend(self)
+                self.capture()
+
+            def capture(self):
+                self.warmup()
+                for bs in reversed(self.capture_bs):
+                    self.capture_one_shape(bs, self.model_runner.model.forward)
+
+            def capture_prepare(self, bs):
+                LOG.append(("prepare", bs))
+                return types.SimpleNamespace(batch_size=bs, logits=self.buffers.logits[:bs])
+
+            def capture_one_shape(self, size, forward, stream_idx=None, variant_label=None):
+                forward_batch = self.capture_prepare(size)
+                attn_backend = self.attn_backend
+                attn_backend.init_forward_metadata_out_graph(forward_batch, in_capture=True)
+
+                def run_once():
+                    return forward(forward_batch)
+
+                self.backend.capture_one(self._make_graph_key(self._capture_graph_size(bs=size, num_tokens=size),
+                                                              stream_idx, variant_label),
+                                         run_once, capture_inputs=None, post_warmup_hook=None)
+
+            def _make_graph_key(self, size, stream_idx=None, variant_label=None):
+                return ShapeKey(size=size, stream_idx=stream_idx, variant_label=variant_label)
+
+            def _capture_graph_size(self, *, bs, num_tokens):
+                return bs
+
+            def execute(self, batch_size):
+                bs = min(b for b in self.capture_bs if b >= batch_size)
+                output = self.backend.replay(self._make_graph_key(bs), None)
+                return LogitsProcessorOutput(next_token_logits=output.next_token_logits[:batch_size])
+    """,
+    "sglang.srt.model_executor.model_runner_components.cuda_graph_setup": """
+        import types
+
+        from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
+        from sglang.srt.model_executor.runner.eager_runner import EagerRunner
+
+        def capture_cuda_graphs(*, model_runner, capture_decode_cuda_graph=True):
+            eager_runner = EagerRunner(model_runner)
+            decode = DecodeCudaGraphRunner(model_runner) if capture_decode_cuda_graph else eager_runner
+            return types.SimpleNamespace(eager_runner=eager_runner, decode=decode)
+    """,
+    "sglang.srt.model_executor.model_runner": """
+        import types
+
+        from sglang import LOG, FakeTensor, KNOBS
+        from sglang.srt.distributed import bootstrap
+        from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+        from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+        from sglang.srt.model_executor.model_runner_components.cuda_graph_setup import capture_cuda_graphs
+
+        class FakeModel:
+            def forward(self, forward_batch):
+                LOG.append(("forward", forward_batch.batch_size))
+                return LogitsProcessorOutput(next_token_logits=forward_batch.logits)
+
+        class TritonAttnBackend:
+            def init_cuda_graph_state(self, max_bs, max_num_tokens):
+                self.cuda_graph_kv_indptr = FakeTensor(KNOBS["metadata_ptr"], (max_bs + 1,))
+
+            def init_forward_metadata_out_graph(self, forward_batch, in_capture=False):
+                self.forward_metadata = types.SimpleNamespace(
+                    kv_indptr=self.cuda_graph_kv_indptr[: forward_batch.batch_size + 1], num_kv_splits=8)
+
+        class ModelRunner:
+            def __init__(self, model_config, mem_fraction_static, gpu_id, ps, nccl_port, server_args,
+                         is_draft_worker=False):
+                self.model_config = model_config
+                self.server_args = server_args
+                self.ps = ps
+                self.is_draft_worker = is_draft_worker
+                LOG.append("set_device")
+                self.init_torch_distributed()
+                self.model = FakeModel()
+                LOG.append("load_model")
+
+            def init_torch_distributed(self):
+                result = bootstrap.init_torch_distributed(
+                    server_args=self.server_args, model_config=self.model_config, device="cuda", ps=self.ps,
+                    dist_port=1, is_draft_worker=self.is_draft_worker)
+                self.tp_group = result.tp_group
+                self.pp_group = result.pp_group
+                self.attention_tp_group = result.attention_tp_group
+                self.pre_model_load_memory = result.pre_model_load_memory
+
+            def alloc_memory_pool(self, memory_pool_config=None):
+                self.kv_cache_configurator = KVCacheConfigurator(self)
+                result = self.kv_cache_configurator.configure(pre_model_load_memory=self.pre_model_load_memory)
+                self.max_total_num_tokens = result.max_total_num_tokens
+                self.max_running_requests = result.max_running_requests
+                self.token_to_kv_pool = result.token_to_kv_pool
+                self.memory_pool_config = result.memory_pool_config
+
+            def post_capture_resize_kv_pool(self):
+                LOG.append("post_capture_resize")
+
+            def init_attention_backends(self):
+                self.attn_backend = TritonAttnBackend()
+
+            def init_cuda_graphs(self, capture_decode_cuda_graph=True):
+                capture = capture_cuda_graphs(model_runner=self, capture_decode_cuda_graph=capture_decode_cuda_graph)
+                self.eager_runner = capture.eager_runner
+                self.decode_cuda_graph_runner = capture.decode
+
+        def start_scheduler(server_args):
+            # Scheduler.__init__'s order: model worker (NCCL, weights), KV pools, attention, graphs.
+            ps = types.SimpleNamespace(gpu_id=0, tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, dp_rank=None)
+            model_config = types.SimpleNamespace(context_len=2048, dtype="bfloat16", hf_config=KNOBS["hf_config"])
+            runner = ModelRunner(model_config, 0.5, 0, ps, 1, server_args)
+            runner.alloc_memory_pool()
+            runner.init_attention_backends()
+            runner.init_cuda_graphs()
+            if KNOBS.get("post_capture_resize"):
+                runner.post_capture_resize_kv_pool()
+            return runner
+    """,
+    "sglang.srt.managers.scheduler": """
+        from sglang.srt.plugins import load_plugins
+
+        def run_scheduler_process(server_args, port_args, gpu_id, tp_rank=0, pp_rank=0, dp_rank=None,
+                                  pipe_writer=None):
+            load_plugins()
+
+        def run_detokenizer_process(server_args, port_args):
+            load_plugins()
+    """,
+    "sglang.srt.entrypoints.engine": """
+        import multiprocessing as mp
+
+        def _set_envs_and_config(server_args):
+            mp.set_start_method("spawn", force=True)
+
+        def _launch_subprocesses(server_args):
+            _set_envs_and_config(server_args)
+    """,
+}
+
+
+class FakeCUDAGraph:
+    """torch.cuda.CUDAGraph: replays log their graph."""
+
+    def __init__(self, keep_graph=False):
+        self.keep_graph = keep_graph
+        self.resets = 0
+
+    def replay(self):
+        sys.modules["sglang"].LOG.append(("replay", type(self).__name__))
+
+    def reset(self):
+        self.resets += 1
+
+
+class KeepGraph(FakeCUDAGraph):
+    """foundry_core.cuda_graph.CUDAGraph: keeps its CUgraph."""
+
+    def __init__(self, keep_graph=True):
+        super().__init__(keep_graph)
+
+
+class FakeGraphContext:
+    """torch.cuda.graph: logs that a capture ran."""
+
+    def __init__(self, cuda_graph, pool=None, stream=None, capture_error_mode="global"):
+        self.graph = cuda_graph
+
+    def __enter__(self):
+        sys.modules["sglang"].LOG.append(("capture", type(self.graph).__name__))
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _package(name: str) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__path__ = []  # type: ignore[attr-defined]
+    return mod
+
+
+@pytest.fixture
+def fake_torch(monkeypatch):
+    torch = _package("torch")
+    torch.cuda = types.ModuleType("torch.cuda")  # type: ignore[attr-defined]
+    torch.cuda.CUDAGraph = FakeCUDAGraph  # type: ignore[attr-defined]
+    torch.cuda.graph = FakeGraphContext  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.cuda", torch.cuda)
+    keep = types.ModuleType("foundry_core.cuda_graph")
+    keep.CUDAGraph = KeepGraph  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "foundry_core.cuda_graph", keep)
+    return torch
+
+
+HF_CONFIG = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 1024, "num_hidden_layers": 8}
+
+
+@pytest.fixture
+def fake_sglang(monkeypatch, fake_torch):
+    """Installs the fake SGLang modules; returns {module name: module} plus the package's LOG and
+    KNOBS (what the fake engine measures: free memory, KV bytes per token, addresses)."""
+    packages: set[str] = set()
+    for name in FAKE_SOURCES:
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            pkg = ".".join(parts[:i])
+            if pkg not in packages:
+                packages.add(pkg)
+                monkeypatch.setitem(sys.modules, pkg, _package(pkg))
+    root = sys.modules["sglang"]
+    root.LOG = []  # type: ignore[attr-defined]
+    root.FakeTensor = FakeTensor  # type: ignore[attr-defined]
+    root.KNOBS = {"free_bytes": 64 << 20, "bytes_per_token": 16 << 10, "metadata_ptr": 0x5000,  # type: ignore
+                  "logits_ptr": 0x9000, "hf_config": dict(HF_CONFIG)}
+    root.__version__ = "0.5.17"  # type: ignore[attr-defined]
+    mods: dict[str, Any] = {}
+    for name, source in FAKE_SOURCES.items():
+        mod = types.ModuleType(name)
+        monkeypatch.setitem(sys.modules, name, mod)
+        exec(compile(textwrap.dedent(source), f"<fake {name}>", "exec"), mod.__dict__)
+        parent, _, leaf = name.rpartition(".")
+        setattr(sys.modules[parent], leaf, mod)
+        mods[name] = mod
+    mods["LOG"], mods["KNOBS"] = root.LOG, root.KNOBS  # type: ignore[attr-defined]
+    monkeypatch.setattr(patching, "sglang_version", lambda: "0.0.fake")
+    return mods
+
+
+# ---- register ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def recorded_activation(monkeypatch):
+    monkeypatch.setattr(register_mod, "hosts_scheduler", lambda: True)
+    calls = {"worker": 0, "capture": 0}
+    monkeypatch.setattr(worker_patches, "install", lambda: calls.__setitem__("worker", calls["worker"] + 1))
+    monkeypatch.setattr(capture_patches, "install", lambda: calls.__setitem__("capture", calls["capture"] + 1))
+    return calls
+
+
+def _fake_child_env(archive=None, mode=None, env=None):
+    out = dict(os.environ)
+    out["LD_PRELOAD"] = "/opt/foundry/libfoundry.so"
+    out["NCCL_CUMEM_ENABLE"] = "0"
+    if archive is not None:
+        out["FOUNDRY_ARCHIVE"] = os.fspath(archive)
+    if mode is not None:
+        out["FOUNDRY_MODE"] = Mode(mode).value if not isinstance(mode, Mode) else mode.value
+    return out
+
+
+def test_register_off_only_adds_the_flags(fake_sglang, recorded_activation):
+    import sglang_foundry as package
+
+    package.register()
+    package.register()
+    assert recorded_activation == {"worker": 0, "capture": 0}
+    assert "LD_PRELOAD" not in os.environ and "FOUNDRY_STRICT" not in os.environ
+    parser = argparse.ArgumentParser()
+    fake_sglang["sglang.srt.server_args"].ServerArgs.add_cli_args(parser)
+    assert parser.parse_args(["--foundry-archive", "/a"]).foundry_archive == "/a"
+
+
+def test_register_from_environment_prepares_children_once(fake_sglang, recorded_activation, monkeypatch, tmp_path):
+    monkeypatch.setattr(register_mod, "prepare_child_environment", _fake_child_env)
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    register_mod.register()
+    register_mod.register()
+    register_mod.activate(register_mod.resolve_settings())
+    assert recorded_activation == {"worker": 1, "capture": 1}
+    assert os.environ["LD_PRELOAD"] == "/opt/foundry/libfoundry.so" and os.environ["FOUNDRY_STRICT"] == "1"
+    assert os.environ["FOUNDRY_ARCHIVE"] == str(tmp_path) and os.environ["FOUNDRY_MODE"] == "auto"
+
+
+def test_main_process_sets_the_environment_but_installs_no_worker_seams(fake_sglang, recorded_activation,
+                                                                         monkeypatch, tmp_path):
+    monkeypatch.setattr(register_mod, "hosts_scheduler", lambda: False)
+    monkeypatch.setattr(register_mod, "prepare_child_environment", _fake_child_env)
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    register_mod.register()
+    assert recorded_activation == {"worker": 0, "capture": 0} and os.environ["LD_PRELOAD"]
+
+
+def test_scheduler_processes_are_told_apart_by_their_spawn_target(fake_sglang, monkeypatch):
+    sched = fake_sglang["sglang.srt.managers.scheduler"]
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: None)
+    assert not register_mod.hosts_scheduler()  # the main process never runs a scheduler
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())
+    for target, expected in ((sched.run_scheduler_process, True), (sched.run_detokenizer_process, False), (None, True)):
+        monkeypatch.setattr(multiprocessing, "current_process", lambda t=target: types.SimpleNamespace(_target=t))
+        assert register_mod.hosts_scheduler() is expected, target
+
+
+def test_register_keeps_a_users_strict_setting_and_mode_off(fake_sglang, recorded_activation, monkeypatch, tmp_path):
+    monkeypatch.setattr(register_mod, "prepare_child_environment", _fake_child_env)
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    monkeypatch.setenv("FOUNDRY_MODE", "off")
+    register_mod.register()
+    assert recorded_activation == {"worker": 0, "capture": 0} and "LD_PRELOAD" not in os.environ
+    register_mod._reset_for_tests()
+    monkeypatch.setenv("FOUNDRY_MODE", "save")
+    monkeypatch.setenv("FOUNDRY_STRICT", "0")
+    register_mod.register()
+    assert os.environ["FOUNDRY_STRICT"] == "0" and os.environ["FOUNDRY_MODE"] == "save"
+
+
+def test_register_with_the_real_child_environment(fake_sglang, recorded_activation, monkeypatch, tmp_path):
+    from foundry_core.preload import preload_environment
+
+    try:
+        preload_environment({})
+    except FileNotFoundError as exc:
+        pytest.skip(f"libfoundry.so is not built here: {exc}")
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    monkeypatch.setenv("FOUNDRY_MODE", "load")
+    register_mod.register()
+    assert "libfoundry.so" in os.environ["LD_PRELOAD"].split(":")[0]
+    assert os.environ["NCCL_CUMEM_ENABLE"] == "0" and os.environ["NCCL_NVLS_ENABLE"] == "0"
+    assert os.environ["FOUNDRY_MODE"] == "load"
+
+
+def _missing_library(**_kw):
+    raise FileNotFoundError("libfoundry.so")
+
+
+def test_a_scheduler_that_cannot_activate_exits_instead_of_starting_without_foundry(fake_sglang, recorded_activation,
+                                                                                    monkeypatch, tmp_path):
+    # SGLang's load_plugins() swallows a plugin's exceptions; SystemExit is not one of them.
+    monkeypatch.setattr(register_mod, "prepare_child_environment", _missing_library)
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    with pytest.raises(SystemExit) as err:
+        register_mod.register()
+    assert "libfoundry.so was not found" in str(err.value) and "--foundry-mode off" in str(err.value)
+
+
+def test_the_main_process_raises_the_activation_error(fake_sglang, recorded_activation, monkeypatch, tmp_path):
+    monkeypatch.setattr(register_mod, "hosts_scheduler", lambda: False)
+    monkeypatch.setattr(register_mod, "prepare_child_environment", _missing_library)
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    with pytest.raises(StateError, match="--foundry-mode off"):
+        register_mod.register()
+
+
+def test_register_rejects_a_bad_mode(fake_sglang, recorded_activation, monkeypatch):
+    monkeypatch.setattr(register_mod, "hosts_scheduler", lambda: False)
+    monkeypatch.setenv("FOUNDRY_MODE", "restore")
+    with pytest.raises(InvalidArgumentError, match="FOUNDRY_MODE"):
+        register_mod.register()
+
+
+def test_register_survives_moved_cli_seams(monkeypatch, recorded_activation, caplog):
+    for pkg in ("sglang", "sglang.srt"):
+        monkeypatch.setitem(sys.modules, pkg, _package(pkg))
+    monkeypatch.setitem(sys.modules, "sglang.srt.server_args", types.ModuleType("sglang.srt.server_args"))
+    register_mod.register()
+    assert "cli.add_cli_args" in caplog.text and "FOUNDRY_ARCHIVE" in caplog.text
+
+
+# ---- CLI ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def activations(monkeypatch):
+    seen = []
+    monkeypatch.setattr(register_mod, "activate", lambda settings: seen.append(settings))
+    return seen
+
+
+def _parse(fake_sglang, argv):
+    server_args = fake_sglang["sglang.srt.server_args"].ServerArgs
+    parser = argparse.ArgumentParser()
+    server_args.add_cli_args(parser)
+    return server_args.from_cli_args(parser.parse_args(argv))
+
+
+def test_cli_flags_reach_the_environment(fake_sglang, activations, tmp_path):
+    cli.install(strict=True)
+    server_args = _parse(fake_sglang, ["--model-path", "m", "--disable-prefill-cuda-graph", "--foundry-archive",
+                                       str(tmp_path / "a"), "--foundry-mode", "save"])
+    assert type(server_args).__name__ == "ServerArgs" and server_args.model_path == "m"
+    assert not hasattr(server_args, "foundry_archive")  # from_cli_args copies ServerArgs fields only
+    assert os.environ["FOUNDRY_ARCHIVE"] == str(tmp_path / "a") and os.environ["FOUNDRY_MODE"] == "save"
+    assert [s.mode for s in activations] == [Mode.SAVE] and activations[0].archive == tmp_path / "a"
+
+
+def test_cli_relative_archive_becomes_absolute(fake_sglang, activations, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    cli.install(strict=True)
+    _parse(fake_sglang, ["--disable-prefill-cuda-graph", "--foundry-archive", "rel"])
+    assert os.environ["FOUNDRY_ARCHIVE"] == str(tmp_path / "rel") and os.environ["FOUNDRY_MODE"] == "auto"
+
+
+def test_cli_without_flags_leaves_the_environment(fake_sglang, activations):
+    cli.install(strict=True)
+    _parse(fake_sglang, ["--enable-torch-compile"])  # unsupported, but Foundry is not asked for
+    assert "FOUNDRY_MODE" not in os.environ and not activations
+
+
+def test_cli_mode_off_is_exported_without_activation(fake_sglang, activations, monkeypatch, tmp_path):
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    cli.install(strict=True)
+    _parse(fake_sglang, ["--foundry-mode", "off"])
+    assert os.environ["FOUNDRY_MODE"] == "off" and not activations
+
+
+def test_cli_load_without_archive_is_an_error(fake_sglang, activations):
+    cli.install(strict=True)
+    with pytest.raises(InvalidArgumentError, match="--foundry-archive"):
+        _parse(fake_sglang, ["--foundry-mode", "load"])
+
+
+def test_cli_refuses_unsupported_settings_in_the_main_process(fake_sglang, activations, tmp_path):
+    cli.install(strict=True)
+    with pytest.raises(modes.UnsupportedConfigError) as err:
+        _parse(fake_sglang, ["--tp-size", "2", "--enable-torch-compile", "--foundry-archive", str(tmp_path)])
+    text = str(err.value)
+    assert "tp_size=2" in text and "--enable-torch-compile" in text and modes.PREFILL_FLAG in text
+    assert "--foundry-mode off" in text and not activations  # refused before the children's environment
+
+
+def test_cli_rejects_unknown_modes_and_adds_flags_once(fake_sglang, capsys):
+    cli.install(strict=True)
+    cli.install(strict=True)
+    parser = argparse.ArgumentParser()
+    fake_sglang["sglang.srt.server_args"].ServerArgs.add_cli_args(parser)
+    cli.add_foundry_args(parser)  # the same parser twice: no argparse conflict
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--foundry-mode", "restore"])
+    assert "auto" in capsys.readouterr().err
+
+
+def test_cli_seam_with_the_wrong_shape_is_refused(monkeypatch):
+    for pkg in ("sglang", "sglang.srt"):
+        monkeypatch.setitem(sys.modules, pkg, _package(pkg))
+    mod = types.ModuleType("sglang.srt.server_args")
+
+    class ServerArgs:
+        @staticmethod
+        def add_cli_args(parser):
+            return parser
+
+        def from_cli_args(self, args):  # no longer a classmethod
+            return self
+
+    mod.ServerArgs = ServerArgs  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sglang.srt.server_args", mod)
+    monkeypatch.setattr(patching, "sglang_version", lambda: "9.9.9")
+    with pytest.raises(patching.SeamError) as err:
+        cli.install(strict=True)
+    text = str(err.value)
+    assert "cli.from_cli_args" in text and "9.9.9" in text and "classmethod" in text and "--foundry-mode off" in text
+
+
+# ---- modes -------------------------------------------------------------------------------------
+
+
+def _server_args(fake_sglang, **fields):
+    fields.setdefault("disable_prefill_cuda_graph", True)
+    fields.setdefault("cuda_graph_bs_decode", [1, 2, 4, 8])
+    return fake_sglang["sglang.srt.server_args"].ServerArgs(**fields)
+
+
+def test_modes_accept_the_supported_configuration(fake_sglang):
+    assert modes.unsupported_settings(_server_args(fake_sglang), environ={}) == []
+    assert modes.graph_backends(_server_args(fake_sglang)) == ("full", "disabled")
+
+
+def test_modes_list_every_problem_at_once(fake_sglang):
+    sa = _server_args(fake_sglang, disable_prefill_cuda_graph=False, tp_size=2, dp_size=2, enable_torch_compile=True,
+                      enable_memory_saver=True, speculative_algorithm="EAGLE", enable_lora=True, enable_symm_mem=True,
+                      enable_return_hidden_states=True, disaggregation_mode="decode",
+                      cuda_graph_backend_decode="breakable")
+    problems = modes.unsupported_settings(sa, environ={"SGLANG_ENABLE_POST_CAPTURE_KV_SIZING": "true",
+                                                       "SGLANG_MOONCAKE_CUSTOM_MEM_POOL": "NVLINK"})
+    text = "\n".join(problems)
+    for needle in ("prefill CUDA graphs ('breakable' backend)", "--disable-prefill-cuda-graph", "'breakable' is not "
+                   "supported", "tp_size=2", "dp_size=2", "--enable-torch-compile", "--enable-memory-saver",
+                   "--speculative-algorithm EAGLE", "--enable-lora", "--enable-symm-mem",
+                   "--enable-return-hidden-states", "--disaggregation-mode decode",
+                   "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=true", "SGLANG_MOONCAKE_CUSTOM_MEM_POOL"):
+        assert needle in text, needle
+    assert len(problems) == 13
+    with pytest.raises(modes.UnsupportedConfigError, match="Or start SGLang with --foundry-mode off"):
+        modes.check_supported(sa, environ={})
+
+
+def test_modes_read_the_raw_flags_of_an_unresolved_config():
+    raw = types.SimpleNamespace(cuda_graph_config=None, disable_prefill_cuda_graph=True,
+                                cuda_graph_backend_decode=None)
+    assert modes.graph_backends(raw) == (None, "disabled")
+    assert modes.unsupported_settings(raw, environ={}) == []
+    disabled = types.SimpleNamespace(cuda_graph_config={"decode": {"backend": "disabled"},
+                                                        "prefill": {"backend": "disabled"}})
+    assert any("nothing to save" in p for p in modes.unsupported_settings(disabled, environ={}))
+    default_prefill = types.SimpleNamespace(cuda_graph_config=None)
+    assert any("(the default backend)" in p for p in modes.unsupported_settings(default_prefill, environ={}))
+
+
+# ---- adapter -----------------------------------------------------------------------------------
+
+
+class NoRegion:
+    def set_region(self, base, size): raise AssertionError("no GPU here")
+    def seal(self, offset): raise AssertionError("no GPU here")
+    def stop(self): pass
+    def region_info(self): raise AssertionError("no GPU here")
+
+
+def fingerprint(server_args, model_config=None, environ=None) -> dict:
+    adapter = adapter_mod.SglangAdapter(server_args, model_config, engine_version="0.5.17", environ=environ or {})
+    session = EngineSession("/nonexistent/archive", "save", 0, get_plugin_manager(adapter), runtime=NoRegion())
+    return session.fingerprint
+
+
+def test_adapter_fingerprint_fields(fake_sglang):
+    mc = types.SimpleNamespace(context_len=2048, dtype="torch.bfloat16", hf_config=dict(HF_CONFIG))
+    fp = fingerprint(_server_args(fake_sglang), mc)
+    assert fp["engine.name"] == "sglang" and fp["engine.version"] == "0.5.17"
+    assert fp["engine.capture_sizes"] == [8, 4, 2, 1]  # SGLang captures the largest first
+    assert fp["engine.dtype"] == "bfloat16" and fp["engine.tp"] == 1 and fp["engine.world_size"] == 1
+    assert fp["engine.knob.attention_backend"] == "triton" and fp["engine.knob.sampling_backend"] == "pytorch"
+    assert fp["engine.knob.mem_fraction_static"] == 0.5 and fp["engine.knob.warmup_forwards"] == "paused"
+    assert '"prefill":{"backend":"disabled"' in fp["engine.knob.cuda_graph_config"]
+
+
+def test_adapter_model_hash_follows_the_model(fake_sglang):
+    mc = types.SimpleNamespace(context_len=2048, dtype="bfloat16", hf_config=dict(HF_CONFIG))
+    base = fingerprint(_server_args(fake_sglang), mc)["engine.model_hash"]
+    assert fingerprint(_server_args(fake_sglang), mc)["engine.model_hash"] == base
+    deeper = types.SimpleNamespace(context_len=2048, dtype="bfloat16", hf_config={**HF_CONFIG, "num_hidden_layers": 9})
+    assert fingerprint(_server_args(fake_sglang), deeper)["engine.model_hash"] != base
+    assert fingerprint(_server_args(fake_sglang, load_format="safetensors"), mc)["engine.model_hash"] != base
+    # Settings outside the model identity have their own field, so a mismatch names them.
+    other = fingerprint(_server_args(fake_sglang, mem_fraction_static=0.8), mc)
+    assert other["engine.model_hash"] == base and other["engine.knob.mem_fraction_static"] == 0.8
+
+
+def test_adapter_knobs_include_the_kernel_environment(fake_sglang):
+    fp = fingerprint(_server_args(fake_sglang), environ={"SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS": "1",
+                                                         "SGLANG_RUN_ID": "random-per-start", "HOME": "/root",
+                                                         "FOUNDRY_SGLANG_WARMUP_FORWARDS": "region"})
+    assert fp["engine.knob.env"] == '{"SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS":"1"}'
+    assert fp["engine.knob.warmup_forwards"] == "region"
+
+
+def test_adapter_record_state_needs_the_kv_pool(fake_sglang):
+    adapter = adapter_mod.SglangAdapter(_server_args(fake_sglang), engine_version="0.5.17")
+    assert adapter.foundry_record_state() is None
+    adapter.state.update(kv_cache_bytes=1 << 30, kv_cache_blocks=4096, graphs=["g"])
+    assert adapter.foundry_record_state() == {"kv_cache_bytes": 1 << 30, "kv_cache_blocks": 4096, "graphs": ["g"]}
+
+
+def test_adapter_plain_values_are_stable():
+    class Opaque:
+        pass
+
+    @dataclasses.dataclass
+    class Phase:
+        backend: str = "full"
+        bs: tuple = (1, 2)
+
+    assert adapter_mod.plain(Phase()) == {"backend": "full", "bs": [1, 2]}
+    assert adapter_mod.plain({"a": {2, 1}}) == {"a": [1, 2]}
+    assert adapter_mod.plain(Opaque()) == "Opaque"  # no address in the fingerprint
+    assert adapter_mod.plain(float("inf")) == "inf"
+
+
+# ---- seams, patching, contract ----------------------------------------------------------------
+
+
+def test_seam_list_is_the_single_source():
+    names = [s.name for s in seams.SEAMS]
+    assert len(names) == len(set(names))
+    used = [*worker_patches.WRAPPERS, *capture_patches.WRAPPERS, "cli.add_cli_args", "cli.from_cli_args"]
+    assert set(used) <= set(names)
+    assert all(seams.seam(n).required for n in [*worker_patches.WRAPPERS, *capture_patches.WRAPPERS])
+    for s in seams.SEAMS:
+        assert s.purpose and s.module.startswith("sglang")
+    assert "sglang/srt/distributed/bootstrap.py" in seams.source_files()
+    with pytest.raises(KeyError, match="known"):
+        seams.seam("worker.nope")
+
+
+def test_patching_is_idempotent_and_reversible(fake_sglang):
+    server_args = fake_sglang["sglang.srt.server_args"].ServerArgs
+    before = server_args.__dict__["from_cli_args"]
+    assert patching.install("cli.from_cli_args", cli.wrap_from_cli_args)
+    assert not patching.install("cli.from_cli_args", cli.wrap_from_cli_args)
+    wrapped = server_args.__dict__["from_cli_args"]
+    assert isinstance(wrapped, classmethod) and getattr(wrapped.__func__, patching.MARKER) == "cli.from_cli_args"
+    patching.uninstall_all()
+    assert server_args.__dict__["from_cli_args"] is before
+
+
+def test_patching_names_a_missing_seam(fake_sglang):
+    del fake_sglang["sglang.srt.distributed.bootstrap"]._init_parallel_groups
+    with pytest.raises(patching.SeamError) as err:
+        worker_patches.install()
+    text = str(err.value)
+    assert "'worker.parallel_groups'" in text and "sglang.srt.distributed.bootstrap._init_parallel_groups" in text
+    assert "0.0.fake" in text and "0.5.17" in text and "--foundry-mode off" in text
+
+
+def test_patching_refuses_changed_parameters(fake_sglang):
+    fake_sglang["sglang.srt.distributed.bootstrap"]._init_parallel_groups = lambda *, backend, server_args: None
+    with pytest.raises(patching.SeamError, match=r"expected parameters starting with \(backend, dist_init_method"):
+        patching.install("worker.parallel_groups", worker_patches.wrap_parallel_groups)
+
+
+def test_import_checker_accepts_the_fake_sglang_and_rejects_changes(fake_sglang):
+    faked = [s for s in seams.SEAMS if s.module in fake_sglang]
+    assert len(faked) >= 20
+    assert {s.name: contract.check_import(s) for s in faked} == {s.name: None for s in faked}
+    backend = fake_sglang["sglang.srt.model_executor.runner_backend.full_cuda_graph_backend"].FullCudaGraphBackend
+    backend.capture_one = lambda self, key, forward: None
+    problem = contract.check_import(seams.seam("cg.capture_one"))
+    assert problem and "expected to start with (self, shape_key, forward_fn)" in problem
+
+
+def test_source_checker_on_the_fake_sources(tmp_path):
+    """The fake's source, written out as a tree, passes the AST contract of every seam it holds."""
+    for name, source in FAKE_SOURCES.items():
+        path = tmp_path / (name.replace(".", "/") + ".py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source))
+    results = [r for r in contract.check_sources(contract.directory_reader(tmp_path)) if r.status != contract.MOVED]
+    assert len(results) >= 20
+    assert [f"{r.seam.name}: {r.detail}" for r in results if not r.ok] == []
+
+
+# ---- outputs and helpers -------------------------------------------------------------------------
+
+
+def test_outputs_flatten_and_rebuild(fake_sglang):
+    lpo = fake_sglang["sglang.srt.layers.logits_processor"].LogitsProcessorOutput
+    out = lpo(next_token_logits=FakeTensor(0x9000, (4, 32000)), customized_info=None)
+    tensors, layout = outputs.flatten(out)
+    assert tensors == (out.next_token_logits,) and layout["tensors"] == ["next_token_logits"]
+    assert layout["type"] == "sglang.srt.layers.logits_processor:LogitsProcessorOutput"
+    rebuilt = outputs.rebuild(layout, (FakeTensor(0x9000, (4, 32000)),))
+    assert isinstance(rebuilt, lpo) and rebuilt.next_token_logits.data_ptr() == 0x9000 and rebuilt.hidden_states is None
+    with pytest.raises(MismatchError, match="holds 2 output tensors"):
+        outputs.rebuild(layout, (FakeTensor(1), FakeTensor(2)))
+    with pytest.raises(UnsupportedError, match="customized_info is a dict"):
+        outputs.flatten(lpo(next_token_logits=FakeTensor(1), customized_info={"x": [1]}))
+
+
+def test_graph_names_and_addresses(fake_sglang):
+    key = fake_sglang["sglang.srt.model_executor.runner.shape_key"].ShapeKey(8)
+    assert capture_patches.graph_name(key) == "size=8,stream_idx=None,variant_label=None"
+    meta = types.SimpleNamespace(kv_indptr=FakeTensor(0x10), cpu=types.SimpleNamespace(is_cuda=False), n=3)
+    assert capture_patches.tensor_addresses(meta) == {".kv_indptr": 0x10}
+    saved = {"g": {"a": 1, "b": 2}}
+    assert capture_patches.address_mismatch(saved, {"g": {"a": 1, "b": 2, "c": 5}}) is None
+    assert "metadata b at 0x3, at SAVE 0x2" in capture_patches.address_mismatch(saved, {"g": {"a": 1, "b": 3}})
+
+
+def test_other_decode_backends_are_refused(fake_sglang):
+    utils = fake_sglang["sglang.srt.model_executor.runner_backend.utils"]
+    with pytest.raises(modes.UnsupportedConfigError, match="BreakableCudaGraphBackend is not supported"):
+        capture_patches.check_backend(utils.BreakableCudaGraphBackend(None))
+
+
+def test_options_are_validated(monkeypatch):
+    assert options.instantiate_mode() == ("eager", 4) and options.warmup_forwards() == "paused"
+    monkeypatch.setenv("FOUNDRY_SGLANG_INSTANTIATE", "later")
+    with pytest.raises(InvalidArgumentError, match="FOUNDRY_SGLANG_INSTANTIATE"):
+        options.instantiate_mode()
+    monkeypatch.setenv("FOUNDRY_SGLANG_WARMUP_FORWARDS", "elsewhere")
+    with pytest.raises(InvalidArgumentError, match="paused, region"):
+        options.warmup_forwards()
+
+
+# ---- runtime pauses ----------------------------------------------------------------------------
+
+
+class FakeDevice(runtime.DeviceOps):
+    def __init__(self, log=None, free=1 << 40):
+        self.log = log if log is not None else []
+        self.free = free
+
+    def empty_cache(self):
+        self.log.append("empty_cache")
+
+    def free_memory(self):
+        return self.free
+
+    def stop_region(self):
+        self.log.append("stop_region")
+
+    def resume_region(self):
+        self.log.append("resume_region")
+
+    def private_pool(self):
+        self.log.append("new_pool")
+        return "pool"
+
+    def use_pool(self, pool):
+        log = self.log
+
+        @contextlib.contextmanager
+        def ctx():
+            log.append(f"use:{pool}")
+            try:
+                yield
+            finally:
+                log.append("unuse")
+
+        return ctx()
+
+
+class ModeOnlySession:
+    def __init__(self, mode):
+        self.mode = mode
+
+    def end(self):
+        pass
+
+
+def test_pause_order_nesting_and_closed_region(fake_sglang):
+    dev = FakeDevice()
+    rt = runtime.SchedulerRuntime(ModeOnlySession(Mode.SAVE), adapter_mod.SglangAdapter(None), dev)
+    with rt.paused():
+        dev.log.append("work")
+        with rt.paused():
+            dev.log.append("inner")
+    assert dev.log == ["empty_cache", "stop_region", "new_pool", "use:pool", "work", "inner", "unuse",
+                       "empty_cache", "resume_region"]
+    dev.log.clear()
+    rt.skipped("something")
+    assert dev.log == ["empty_cache", "stop_region", "use:pool", "unuse", "empty_cache", "resume_region"]
+    with pytest.raises(ValueError), rt.paused():
+        raise ValueError("boom")
+    assert dev.log[-1] == "resume_region"
+    rt.finish()
+    dev.log.clear()
+    with rt.paused():
+        dev.log.append("after")
+    assert dev.log == ["after"]
+
+
+# ---- SAVE and LOAD flows over the fake SGLang ------------------------------------------------------
+
+
+class FakeRestored:
+    def __init__(self, name, index):
+        self.name, self.index = name, index
+
+    def replay(self, stream=None):
+        sys.modules["sglang"].LOG.append(("replay", self.name))
+
+
+class FakeArchive:
+    def __init__(self, graphs):
+        self.graphs = [FakeRestored(name, i) for i, name in enumerate(graphs)]
+        self._outputs = [tuple(FakeTensor(t.ptr, t.shape) for t in graphs[name]) for name in graphs]
+        self.closed = False
+        self.times = types.SimpleNamespace(images_s=0.0, build_s=0.0, instantiate_s=0.0)
+
+    def __iter__(self):
+        return iter(self.graphs)
+
+    def __len__(self):
+        return len(self.graphs)
+
+    def outputs(self, i):
+        return self._outputs[i]
+
+    def close(self):
+        self.closed = True
+
+
+class ArchiveIO:
+    """save_graphs / load_graphs as the session calls them: the manifest and payload files for the
+    session's completeness checks, the graph names and output tensors kept in memory."""
+
+    def __init__(self):
+        self.saved: dict[Path, dict[str, tuple]] = {}
+        self.loaded: list[Path] = []
+
+    def save_graphs(self, directory, graphs, fingerprint=None):
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        doc = manifest_doc(dict(fingerprint or {}))
+        doc["graphs"] = [{"name": n, "outputs": {"kind": "none", "tensors": []}} for n in graphs]
+        write_manifest(d / MANIFEST_NAME, doc)
+        (d / "graphs.fgr").write_bytes(b"FGR")
+        (d / "images").mkdir(exist_ok=True)
+        assert all(isinstance(g, KeepGraph) for g, _ in graphs.values()), "SAVE must capture with Foundry's graphs"
+        self.saved[d] = {name: tuple(out) for name, (_, out) in graphs.items()}
+        return types.SimpleNamespace(graphs=len(graphs), path=d)
+
+    def load_graphs(self, path, mode="eager", threads=4, fingerprint=None):
+        d = Path(path)
+        check_fingerprint(read_manifest(d / MANIFEST_NAME)["fingerprint"], {**ENVIRONMENT, **(fingerprint or {})})
+        self.loaded.append(d)
+        return FakeArchive(self.saved[d])
+
+
+@dataclasses.dataclass
+class Run:
+    log: list
+    rt: runtime.SchedulerRuntime | None
+    runner: Any
+    dev: list
+    region: FakeRuntime
+
+    def steps(self) -> list[str]:
+        return [e for e in self.log if isinstance(e, str)]
+
+    def events(self, kind: str) -> list[tuple]:
+        return [e for e in self.log if isinstance(e, tuple) and e[0] == kind]
+
+
+@pytest.fixture
+def scheduler(fake_sglang, monkeypatch, tmp_path):
+    """Installs the worker and capture seams over the fake SGLang and returns a helper that runs one
+    scheduler start-up (``start(mode, **server_args)``) under a real EngineSession."""
+    import foundry_core.graphs
+
+    io = ArchiveIO()
+    monkeypatch.setattr(foundry_core.graphs, "save_graphs", io.save_graphs)
+    monkeypatch.setattr(foundry_core.graphs, "load_graphs", io.load_graphs)
+    monkeypatch.setattr(worker_patches, "preload_active", lambda: True)
+    archive = tmp_path / "archive"
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(archive))
+    worker_patches.install()
+    capture_patches.install()
+    model_runner = fake_sglang["sglang.srt.model_executor.model_runner"]
+    log, knobs = fake_sglang["LOG"], fake_sglang["KNOBS"]
+
+    def start(mode, **fields) -> Run:
+        log.clear()
+        monkeypatch.setenv("FOUNDRY_MODE", mode)
+        dev_log: list = []
+        region = FakeRuntime()
+        monkeypatch.setattr(runtime, "DeviceOps", lambda: FakeDevice(dev_log, free=knobs.get("gpu_free", 1 << 40)))
+        monkeypatch.setattr(runtime, "region_runtime", lambda: region)
+        runtime.reset()
+        runner = model_runner.start_scheduler(_server_args(fake_sglang, **fields))
+        return Run(list(log), runtime.current(), runner, dev_log, region)
+
+    start.io = io  # type: ignore[attr-defined]
+    start.archive = archive  # type: ignore[attr-defined]
+    start.knobs = knobs  # type: ignore[attr-defined]
+    return start
+
+
+NAMES = [f"size={bs},stream_idx=None,variant_label=None" for bs in (8, 4, 2, 1)]
+
+
+def test_save_flow(scheduler):
+    run = scheduler("save")
+    steps = run.steps()
+    assert steps[:4] == ["set_device", "nccl", "groups", "load_model"]
+    assert [c[0] for c in run.region.calls] == ["set_region", "seal", "stop"]  # NCCL in between; stop after capture
+    assert "profile" in steps and "kernel_warmup" in steps
+    # SGLang's own loop, largest first: prepare, two warmups and one captured forward per size.
+    assert [e[1] for e in run.events("prepare")] == [8, 4, 2, 1]
+    assert len(run.events("forward")) == 12 and run.events("capture") == [("capture", "KeepGraph")] * 4
+    # SAVE-only work ran paused: profiling, the kernel warmup, and the 2 warmups of 4 shapes.
+    assert run.dev.count("stop_region") == 10 and run.dev.count("resume_region") == 10
+    state = run.rt.adapter.state
+    saved = scheduler.io.saved[rank_dir(scheduler.archive, 0)]
+    assert list(saved) == NAMES == state["graphs"]
+    assert all(t[0].data_ptr() == 0x9000 for t in saved.values())  # the shared logits buffer
+    assert state["kv_cache_blocks"] == 4096 and state["kv_cache_bytes"] == 4096 * (16 << 10)
+    assert state["memory_pool_config"] == {"max_total_num_tokens": 4096, "max_running_requests": 8,
+                                           "full_max_total_num_tokens": None, "swa_max_total_num_tokens": None,
+                                           "mem_fraction_static": 0.5}
+    assert state["capture_bs"] == [1, 2, 4, 8] and state["attention_addresses"][NAMES[0]] == {".kv_indptr": 0x5000}
+    assert run.rt.saved and run.rt.phase is runtime.Phase.SERVING and not run.rt.region_open
+    # The state went through engine_state.json: JSON-able, read back by the next start.
+    from foundry_core.engine.state import read_state
+
+    assert read_state(rank_dir(scheduler.archive, 0)).adapter["memory_pool_config"]["max_total_num_tokens"] == 4096
+
+
+def test_load_flow_restores_instead_of_capturing(scheduler, caplog):
+    save = scheduler("save")
+    with caplog.at_level(logging.INFO, logger="foundry"):
+        run = scheduler("auto")
+    assert run.rt.mode is Mode.LOAD and run.rt.restored == 4
+    steps = run.steps()
+    assert "profile" not in steps and "kernel_warmup" not in steps
+    assert run.events("forward") == [] and run.events("capture") == []  # no forward, no capture
+    assert [e[1] for e in run.events("prepare")] == [8, 4, 2, 1]  # the per-shape preparation still ran
+    assert run.events("kv_pool") == [("kv_pool", 4096)]  # the recorded pool, not a profiled one
+    # LOAD mirrors SAVE's pauses, with no work inside them, and the cache flushes of the real
+    # torch.cuda.graph (one per capture; SAVE's happen in torch, not counted here) and of
+    # load_graphs (one; SAVE empties the cache where the loop starts).
+    assert run.dev.count("stop_region") == 10 and run.dev.count("empty_cache") == 20 + 4
+    assert save.dev.count("empty_cache") == 20 + 1
+    backend = run.runner.decode_cuda_graph_runner.backend
+    assert [capture_patches.graph_name(k) for k in backend._graphs] == NAMES
+    assert all(isinstance(g, capture_patches.RestoredDecodeGraph) for g in backend._graphs.values())
+    assert backend._foundry_archive is run.rt.archive
+    out = run.runner.decode_cuda_graph_runner.execute(3)  # pads to the bs=4 graph, as SGLang does
+    assert run_log(scheduler)[-1] == ("replay", NAMES[1])
+    assert out.next_token_logits.data_ptr() == 0x9000 and out.next_token_logits.shape == (3, 32000)
+    backend.cleanup()  # 0.5.23's cleanup resets every graph: restored ones accept it
+    assert any("restored 4 decode graphs" in r.getMessage() for r in caplog.records)
+
+
+def run_log(scheduler) -> list:
+    return sys.modules["sglang"].LOG
+
+
+def test_load_with_graphs_captured_in_the_region(scheduler, monkeypatch):
+    monkeypatch.setenv("FOUNDRY_SGLANG_WARMUP_FORWARDS", "region")
+    save = scheduler("save")
+    assert save.dev.count("stop_region") == 2  # profiling and the kernel warmup only
+    load = scheduler("load")
+    assert load.rt.restored == 4 and load.dev.count("stop_region") == 2
+
+
+def _fallbacks(run):
+    return run.rt.adapter.fallback_reasons
+
+
+def test_missing_archive_in_explicit_load_starts_sglang_normally(scheduler):
+    run = scheduler("load")
+    assert run.rt.mode is Mode.OFF and "no archive" in _fallbacks(run)[0]
+    assert run.region.calls == [] and run.dev == []  # no region, no pause
+    assert "profile" in run.steps() and "kernel_warmup" in run.steps() and len(run.events("forward")) == 12
+    assert run.events("capture") == [("capture", "FakeCUDAGraph")] * 4 and not scheduler.io.saved
+
+
+def test_stale_archive_in_auto_saves_a_fresh_one_naming_the_setting(scheduler):
+    scheduler("save")
+    run = scheduler("auto", mem_fraction_static=0.6)
+    assert run.rt.mode is Mode.SAVE and "engine.knob.mem_fraction_static" in _fallbacks(run)[0]
+    assert run.rt.saved and "profile" in run.steps()
+
+
+def test_load_falls_back_when_a_graph_is_missing(scheduler):
+    scheduler("save")
+    del scheduler.io.saved[rank_dir(scheduler.archive, 0)][NAMES[-1]]
+    run = scheduler("auto")
+    assert "missing ['size=1,stream_idx=None,variant_label=None']" in _fallbacks(run)[0]
+    # Caught before SGLang's loop: it ran once, capturing for real, and a fresh archive was written.
+    assert [e[1] for e in run.events("prepare")] == [8, 4, 2, 1] and run.rt.saved
+    assert all(isinstance(g, KeepGraph) for g in run.runner.decode_cuda_graph_runner.backend._graphs.values())
+
+
+def test_load_falls_back_when_attention_metadata_moved(scheduler):
+    scheduler("save")
+    scheduler.knobs["metadata_ptr"] = 0x5100
+    run = scheduler("load")
+    assert run.rt.mode is Mode.OFF and "kv_indptr at 0x5100, at SAVE 0x5000" in _fallbacks(run)[0]
+    backend = run.runner.decode_cuda_graph_runner.backend
+    assert all(type(g) is FakeCUDAGraph for g in backend._graphs.values()) and len(run.events("forward")) == 12
+    assert len(scheduler.io.saved) == 1  # explicit load never writes
+
+
+def test_load_falls_back_when_the_kv_pool_differs(scheduler):
+    scheduler("save")
+    scheduler.knobs["bytes_per_token"] = 8 << 10  # same token count, another KV layout
+    run = scheduler("auto")
+    assert "SGLang allocated a KV pool of 4096 tokens" in _fallbacks(run)[0] and run.rt.saved
+
+
+def test_load_falls_back_when_the_gpu_lacks_the_kv_memory(scheduler):
+    scheduler("save")
+    scheduler.knobs["gpu_free"] = 1 << 20
+    run = scheduler("auto")
+    assert "the archive's KV cache needs" in _fallbacks(run)[0]
+    assert "profile" in run.steps() and run.rt.saved  # profiled (paused) and saved afresh
+
+
+def test_unsupported_configuration_is_refused_before_nccl(scheduler):
+    with pytest.raises(modes.UnsupportedConfigError) as err:
+        scheduler("save", disable_prefill_cuda_graph=False, enable_torch_compile=True)
+    assert modes.PREFILL_FLAG in str(err.value) and "--enable-torch-compile" in str(err.value)
+    assert "nccl" not in run_log(scheduler) and runtime.current() is None
+
+
+def test_a_scheduler_without_the_preload_is_refused(scheduler, monkeypatch):
+    monkeypatch.setattr(worker_patches, "preload_active", lambda: False)
+    with pytest.raises(StateError, match="libfoundry.so is not preloaded"):
+        scheduler("save")
+
+
+def test_hybrid_models_and_post_capture_resize_are_refused(scheduler):
+    scheduler.knobs["mamba"] = object()
+    with pytest.raises(modes.UnsupportedConfigError, match="hybrid Mamba"):
+        scheduler("save")
+    del scheduler.knobs["mamba"]
+    scheduler.knobs["post_capture_resize"] = True
+    with pytest.raises(modes.UnsupportedConfigError, match="post-capture KV resizing"):
+        scheduler("save")
+
+
+def test_foundry_off_leaves_sglang_alone(scheduler, monkeypatch):
+    run = scheduler("off")
+    assert run.rt is None and run.region.calls == [] and run.dev == []
+    assert "profile" in run.steps() and "kernel_warmup" in run.steps() and len(run.events("forward")) == 12
+    assert run.events("capture") == [("capture", "FakeCUDAGraph")] * 4
