@@ -148,5 +148,5 @@ def check_topology(archive: str | os.PathLike, current: Topology) -> Topology:
                      for k in Topology.__dataclass_fields__ if getattr(saved, k) != getattr(current, k)]
         raise MismatchError(
             f"archive {archive} was saved by {saved.describe()}; this engine runs {current.describe()} "
-            f"({', '.join(differing)}): LOAD needs the topology of the SAVE")
+            f"({', '.join(differing)}): LOAD needs the engine release and topology of the SAVE")
     return saved

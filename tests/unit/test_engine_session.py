@@ -209,6 +209,15 @@ def test_stale_fingerprint_in_auto_resaves_naming_the_field(archive, io, caplog)
     assert make(archive, adapter=adapter)[0].mode is Mode.LOAD
 
 
+def test_engine_upgraded_under_the_archive_is_refused_naming_the_version(archive, io, caplog):
+    # A fleet upgrades the engine below an archive: LOAD must not use graphs of another release.
+    run_save(archive)
+    session, _ = make(archive, "load", adapter=FakeAdapter(identity=("fakeengine", "1.3.0")))
+    assert session.mode is Mode.OFF
+    assert "engine_version '1.2.3' vs '1.3.0'" in session.fallback_reason
+    assert "this engine runs fakeengine 1.3.0" in session.fallback_reason
+
+
 def test_stale_fingerprint_in_explicit_load_starts_normally_and_keeps_the_archive(archive, io, caplog):
     run_save(archive)
     before = (archive / "rank0" / "manifest.json").read_text()
