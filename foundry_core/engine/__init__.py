@@ -6,14 +6,39 @@ the environment of the engine's processes (:func:`prepare_child_environment`) an
 :class:`SeamTable`, wrapped by a :class:`Patcher` and checked against engine releases with
 :func:`check_sources` / :func:`check_installed` (:mod:`foundry_core.engine.contract`). See
 docs/engine-runtime.md.
+
+The pieces every plugin's seams share: :class:`WorkerRuntime` (one model-running process's
+state: region pauses, fallback, end of the region; :mod:`foundry_core.engine.worker`), the
+capture helpers (:mod:`foundry_core.engine.capture`), the ``--foundry-*`` flags
+(:mod:`foundry_core.engine.flags`), :class:`EngineAdapter` and :func:`plain` for the hooks, the
+plugin's own variables (:mod:`foundry_core.engine.options`) and :func:`setup_logging`.
 """
 
 from __future__ import annotations
 
-from foundry_core.engine.contract import SeamResult, check_installed, check_sources, directory_reader
+from foundry_core.engine.adapter import EngineAdapter, distribution_version
+from foundry_core.engine.capture import (
+    NoCapture,
+    PendingGraph,
+    address_mismatch,
+    graph_name,
+    inference_mode,
+    keep_graphs,
+    neutralised,
+    swapped,
+    tensor_addresses,
+)
+from foundry_core.engine.contract import (
+    PluginContract,
+    SeamResult,
+    check_installed,
+    check_sources,
+    directory_reader,
+)
 from foundry_core.engine.environment import (
     REQUIRED_SETTINGS,
     ensure_preloaded_or_reexec,
+    plugin_child_environment,
     preload_active,
     prepare_child_environment,
 )
@@ -26,6 +51,7 @@ from foundry_core.engine.fingerprint import (
     engine_fingerprint,
     explain_mismatch,
 )
+from foundry_core.engine.flags import add_foundry_args, export, settings_from_args
 from foundry_core.engine.hookspecs import REQUIRED_HOOKS, hookimpl, hookspec
 from foundry_core.engine.layout import (
     ENGINE_INFO_NAME,
@@ -35,6 +61,7 @@ from foundry_core.engine.layout import (
     read_topology,
     write_topology,
 )
+from foundry_core.engine.logs import setup_logging
 from foundry_core.engine.mode import (
     Mode,
     Settings,
@@ -44,6 +71,7 @@ from foundry_core.engine.mode import (
     resolve_mode,
     resolve_settings,
 )
+from foundry_core.engine.options import env_flag, instantiate_mode
 from foundry_core.engine.patching import Patcher, SeamError
 from foundry_core.engine.plugin_manager import ENTRY_POINT_GROUP, FoundryPluginManager, get_plugin_manager
 from foundry_core.engine.seam import Seam, SeamTable
@@ -56,6 +84,8 @@ from foundry_core.engine.session import (
     fallback_enabled,
 )
 from foundry_core.engine.state import STATE_NAME, EngineState, read_state, write_state
+from foundry_core.engine.values import plain
+from foundry_core.engine.worker import DeviceOps, WorkerRuntime, timed
 
 __all__ = [
     # mode
@@ -74,6 +104,19 @@ __all__ = [
     "DEFAULT_SCRATCH_SIZE",
     # environment
     "prepare_child_environment", "preload_active", "ensure_preloaded_or_reexec", "REQUIRED_SETTINGS",
+    "plugin_child_environment",
     # seams
     "Seam", "SeamTable", "Patcher", "SeamError", "SeamResult", "check_sources", "check_installed", "directory_reader",
+    "PluginContract",
+    # a plugin's worker runtime
+    "WorkerRuntime", "DeviceOps", "timed",
+    # capture helpers
+    "graph_name", "tensor_addresses", "address_mismatch", "swapped", "PendingGraph", "NoCapture", "keep_graphs",
+    "neutralised", "inference_mode",
+    # command-line flags
+    "add_foundry_args", "settings_from_args", "export",
+    # adapters
+    "EngineAdapter", "distribution_version", "plain",
+    # plugin options and logging
+    "env_flag", "instantiate_mode", "setup_logging",
 ]

@@ -372,3 +372,41 @@ def main(table: SeamTable, argv: list[str] | None = None) -> int:
         results, version = check_installed(table), installed
     print(format_table(table, results, version))
     return 1 if blocking(results) else 0
+
+
+class PluginContract:
+    """The checks of this module bound to one plugin's seam table, for the plugin's ``contract``
+    module (``CONTRACT = PluginContract(TABLE)``, then ``check_sources = CONTRACT.check_sources``
+    and so on, and ``python -m <plugin>.contract [SOURCE_DIR]`` runs ``CONTRACT.main()``)."""
+
+    def __init__(self, table: SeamTable) -> None:
+        self.table = table
+
+    def check_sources(self, read: Reader, seams: Iterable[Seam] | None = None) -> list[SeamResult]:
+        """Checks each seam (default: all of the table's) against the engine source tree behind
+        ``read`` (relative path -> text or None)."""
+        return check_sources(self.table, read, seams)
+
+    def installed_version(self) -> str | None:
+        """The installed engine's version, or None when the engine is not installed."""
+        return installed_version(self.table)
+
+    def installed_root(self) -> Path | None:
+        """The directory holding the installed engine package, or None."""
+        return installed_root(self.table)
+
+    def check_installed(self, seams: Iterable[Seam] | None = None) -> list[SeamResult]:
+        """Checks each seam (default: all of the table's) in the installed engine: importable with
+        the expected kind and parameters, and the same source checks as :meth:`check_sources` on
+        the installed files. ImportError when the engine is not installed."""
+        return check_installed(self.table, seams)
+
+    def format_table(self, results: Iterable[SeamResult], version: str) -> str:
+        """The results as an aligned table whose header names ``<package> <version>``."""
+        return format_table(self.table, results, version)
+
+    def main(self, argv: list[str] | None = None) -> int:
+        """``python -m <plugin>.contract [SOURCE_DIR]``: checks the installed engine (or a source
+        directory holding its package) and prints the table; exit status 0 when every required
+        seam is fine, 1 when one failed, 2 when the engine is not installed."""
+        return main(self.table, argv)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from foundry_core.engine.mode import Mode, parse_mode
+from foundry_core.engine.mode import Mode, Settings, parse_mode
 from foundry_core.errors import StateError
 from foundry_core.preload import preload_environment
 
@@ -21,6 +21,7 @@ logger = logging.getLogger("foundry")
 
 FOUNDRY_PREFIX = "FOUNDRY_"
 REEXEC_MARKER = "FOUNDRY_REEXECED"
+STRICT_ENV = "FOUNDRY_STRICT"
 REQUIRED_SETTINGS: dict[str, str] = {
     "NCCL_NVLS_ENABLE": "0",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
@@ -58,6 +59,21 @@ def prepare_child_environment(env: Mapping[str, str] | None = None, *, archive: 
     if mode is not None:
         out["FOUNDRY_MODE"] = parse_mode(mode).value
     return out
+
+
+def plugin_child_environment(settings: Settings, *, plugin: str, off_hint: str,
+                             prepare: Callable[..., dict[str, str]] = prepare_child_environment) -> dict[str, str]:
+    """What an engine plugin puts in ``os.environ`` before the engine starts its children:
+    ``prepare(archive=..., mode=...)`` (default :func:`prepare_child_environment`) for
+    ``settings``, plus ``FOUNDRY_STRICT=1`` unless it is set. StateError naming ``plugin`` and
+    ending with ``off_hint`` (how to run without Foundry) when libfoundry.so cannot be found."""
+    try:
+        env = prepare(archive=settings.archive, mode=settings.mode)
+    except FileNotFoundError as exc:
+        raise StateError(f"{plugin}: libfoundry.so was not found ({exc}); reinstall foundry-core, or "
+                         f"{off_hint}") from None
+    env.setdefault(STRICT_ENV, "1")
+    return env
 
 
 def preload_active() -> bool:

@@ -63,6 +63,7 @@ def test_maybe_reexec_replays_the_command_under_the_preload(monkeypatch):
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     monkeypatch.delenv("FOUNDRY_AUTOPRELOAD", raising=False)
     monkeypatch.delenv("FOUNDRY_AUTOPRELOAD_RESTARTED", raising=False)
+    monkeypatch.delenv("FOUNDRY_MODE", raising=False)
     monkeypatch.setattr("foundry_core.preload.preload_path", lambda: "/opt/foundry/libfoundry.so")
     assert ap.maybe_reexec(lambda path, args, env: calls.append((path, args, env)))
     path, args, env = calls[0]

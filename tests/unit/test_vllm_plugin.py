@@ -42,7 +42,10 @@ FOUNDRY_ENV = ("FOUNDRY_ARCHIVE", "FOUNDRY_MODE", "FOUNDRY_STRICT", "FOUNDRY_FAL
 @pytest.fixture(autouse=True)
 def clean_state(monkeypatch):
     for key in FOUNDRY_ENV:
-        monkeypatch.delenv(key, raising=False)
+        # setenv first: monkeypatch then restores the original value at teardown, also when the
+        # plugin wrote the variable itself (register exports the settings and LD_PRELOAD).
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
     register_mod._reset_for_tests()
     runtime.reset()
     foundry_logger = logging.getLogger("foundry")

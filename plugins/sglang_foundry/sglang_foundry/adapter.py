@@ -24,20 +24,20 @@ a fake). What goes where:
 
 from __future__ import annotations
 
-import dataclasses
-import enum
+import functools
 import logging
-import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
-from foundry_core.engine import Mode, config_hash
+from foundry_core.engine import EngineAdapter, config_hash, values
 from foundry_core.errors import InvalidArgumentError
 
 from sglang_foundry import options
 from sglang_foundry.modes import setting
 
 logger = logging.getLogger("foundry.sglang")
+
+__all__ = ["ENGINE_NAME", "GRAPH_ENV", "KNOB_FIELDS", "SglangAdapter", "hf_config_hash", "plain"]
 
 ENGINE_NAME = "sglang"
 # Environment variables that change which kernels SGLang builds into the decode graphs.
@@ -59,46 +59,9 @@ KNOB_FIELDS = (
 )
 
 
-def plain(value: Any, depth: int = 0) -> Any:
-    """``value`` as JSON-able data with a stable text: enums by name, dataclasses and pydantic or
-    msgspec models as dicts, sets sorted, dtypes and other objects as their ``str`` when that holds
-    no address (else only the type name)."""
-    if depth > 8:
-        return type(value).__name__
-    if isinstance(value, enum.Enum):  # before int/str: IntEnum and StrEnum are both
-        return value.name
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
-    if isinstance(value, Mapping):
-        return {str(k): plain(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v, depth + 1) for v in value]
-    if isinstance(value, (set, frozenset)):
-        return sorted((plain(v, depth + 1) for v in value), key=repr)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain(getattr(value, f.name, None), depth + 1) for f in dataclasses.fields(value)}
-    for dump in ("model_dump", "to_dict"):
-        method = getattr(value, dump, None)
-        if callable(method):
-            try:
-                return plain(method(), depth + 1)
-            except Exception:  # noqa: BLE001 - fall through to the text form
-                pass
-    text = str(value)
-    return type(value).__name__ if " at 0x" in text else text
-
-
-def _sglang_version() -> str:
-    try:
-        from importlib import metadata
-
-        return metadata.version("sglang")
-    except Exception:  # noqa: BLE001
-        import sglang  # type: ignore[import-not-found]
-
-        return str(sglang.__version__)
+# ``value`` as JSON-able data with a stable text (foundry_core.engine.values.plain); SGLang's
+# msgspec-style configs are read through their ``to_dict`` when they have no ``model_dump``.
+plain = functools.partial(values.plain, dumps=("model_dump", "to_dict"))
 
 
 def hf_config_hash(model_config: Any) -> str | None:
@@ -117,22 +80,23 @@ def hf_config_hash(model_config: Any) -> str | None:
         return None
 
 
-class SglangAdapter:
-    """Answers the foundry hooks for one SGLang scheduler (one rank)."""
+class SglangAdapter(EngineAdapter):
+    """Answers the foundry hooks for one SGLang scheduler (one rank). ``state`` is filled by the
+    worker and capture seams."""
+
+    logger: ClassVar[logging.Logger] = logger
+    distribution: ClassVar[str] = ENGINE_NAME
 
     def __init__(self, server_args: Any, model_config: Any = None, *, engine_version: str | None = None,
                  environ: Mapping[str, str] | None = None) -> None:
+        super().__init__(engine_version=engine_version, environ=environ)
         self.server_args = server_args
         self.model_config = model_config
-        self._version = engine_version
-        self._environ = os.environ if environ is None else environ
-        self.state: dict[str, Any] = {}          # filled by the worker and capture seams
-        self.fallback_reasons: list[str] = []
 
     # ---- required hooks ----------------------------------------------------------------------
 
     def foundry_engine_identity(self) -> tuple[str, str]:
-        return ENGINE_NAME, self._version or _sglang_version()
+        return ENGINE_NAME, self.installed_engine_version()
 
     def foundry_model_identity(self) -> dict[str, Any]:
         sa, mc = self.server_args, self.model_config
@@ -180,13 +144,3 @@ class SglangAdapter:
         if env:
             knobs["env"] = env
         return knobs
-
-    def foundry_record_state(self) -> dict[str, Any] | None:
-        if "kv_cache_bytes" not in self.state or "kv_cache_blocks" not in self.state:
-            return None
-        return dict(self.state)
-
-    def foundry_on_fallback(self, reason: str, mode: Mode) -> None:
-        self.fallback_reasons.append(reason)
-        # The session already logged the cause; the seams read the mode and the reasons.
-        logger.debug("foundry: fallback to mode %s (%s)", mode, reason)

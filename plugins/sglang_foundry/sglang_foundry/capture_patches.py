@@ -25,22 +25,23 @@ compared before the loop), every CUDA tensor of each shape's attention metadata 
 SAVE (``FOUNDRY_SGLANG_CHECK_METADATA=0`` turns this off), and the outputs rebuild. A failed check
 falls back: SGLang captures normally (and auto mode writes a fresh archive).
 
-``swapped`` / ``graph_name`` / ``tensor_addresses`` / the placeholders are the vLLM plugin's
-helpers; they are engine-agnostic and belong in ``foundry_core.engine`` (see the plugin README).
+The engine-agnostic pieces (``graph_name``, ``tensor_addresses``, ``address_mismatch``,
+``swapped``, the graph placeholder, ``keep_graphs`` / ``neutralised``) are
+:mod:`foundry_core.engine.capture`'s; this module adds SGLang's capture loop around them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import enum
 import importlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
-from foundry_core.engine import Mode
+from foundry_core.engine import Mode, capture
+from foundry_core.engine.capture import MAX_DEPTH, address_mismatch, graph_name, swapped, tensor_addresses
 from foundry_core.errors import MismatchError, UnsupportedError
 
 from sglang_foundry import modes, options, outputs, patching, runtime, seams
@@ -49,77 +50,14 @@ from sglang_foundry.runtime import Phase
 logger = logging.getLogger("foundry.sglang")
 
 _FALLBACK = object()
-MAX_DEPTH = 5
+
+__all__ = ["MAX_DEPTH", "CaptureLoop", "PendingGraph", "RestoredDecodeGraph", "WRAPPERS", "address_mismatch",
+           "check_backend", "driven", "expected_names", "graph_name", "install", "keep_graphs", "neutralised",
+           "no_capture", "swapped", "tensor_addresses", "tracking", "wrap_capture_one", "wrap_decode_capture",
+           "wrap_init_cuda_graphs"]
 
 
-# ---- naming and inspection (pure; unit-tested) -----------------------------------------------------
-
-
-def _field_text(value: Any) -> str:
-    return value.name if isinstance(value, enum.Enum) else str(value)
-
-
-def graph_name(key: Any) -> str:
-    """A stable name for a graph key (SGLang's ``ShapeKey``: size, stream_idx, variant_label):
-    its fields as ``name=value`` in declaration order, enums by name."""
-    if dataclasses.is_dataclass(key) and not isinstance(key, type):
-        items = [(f.name, getattr(key, f.name)) for f in dataclasses.fields(key)]
-    elif hasattr(key, "_asdict"):
-        items = list(key._asdict().items())
-    else:
-        return _field_text(key)
-    return ",".join(f"{k}={_field_text(v)}" for k, v in items)
-
-
-def tensor_addresses(obj: Any) -> dict[str, int]:
-    """``{path: data_ptr}`` of every CUDA tensor reachable from ``obj`` through dicts, lists,
-    tuples, named tuples, dataclasses and plain objects (first path wins, depth-limited)."""
-    out: dict[str, int] = {}
-    seen: set[int] = set()
-
-    def walk(value: Any, path: str, depth: int) -> None:
-        if outputs.is_cuda_tensor(value):
-            out.setdefault(path, int(value.data_ptr()))
-            return
-        if value is None or isinstance(value, (str, bytes, int, float, bool, enum.Enum)) or depth > MAX_DEPTH:
-            return
-        if id(value) in seen:
-            return
-        seen.add(id(value))
-        if isinstance(value, Mapping):
-            for key in sorted(value, key=str):
-                walk(value[key], f"{path}[{key}]", depth + 1)
-        elif isinstance(value, tuple) and hasattr(value, "_fields"):
-            for name in value._fields:
-                walk(getattr(value, name), f"{path}.{name}", depth + 1)
-        elif isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                walk(item, f"{path}[{i}]", depth + 1)
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            for f in dataclasses.fields(value):
-                walk(getattr(value, f.name, None), f"{path}.{f.name}", depth + 1)
-        elif hasattr(value, "__dict__") and not callable(value):
-            for name, item in sorted(vars(value).items()):
-                walk(item, f"{path}.{name}", depth + 1)
-
-    walk(obj, "", 0)
-    return out
-
-
-def address_mismatch(saved: Mapping[str, Mapping[str, int]], now: Mapping[str, Mapping[str, int]]) -> str | None:
-    """The first differences between SAVE's and this run's attention-metadata addresses (paths
-    both sides have), or None when they agree."""
-    diffs = []
-    for graph in saved:
-        if graph not in now:
-            continue
-        for path, ptr in saved[graph].items():
-            if path in now[graph] and now[graph][path] != ptr:
-                diffs.append(f"graph {graph!r} metadata {path or '<root>'} at {now[graph][path]:#x}, at SAVE {ptr:#x}")
-    if not diffs:
-        return None
-    more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
-    return "; ".join(diffs[:3]) + more
+# ---- naming (pure; unit-tested) --------------------------------------------------------------------
 
 
 def expected_names(runner: Any) -> list[str] | None:
@@ -153,19 +91,6 @@ class CaptureLoop:
     observed: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
 
 
-@contextlib.contextmanager
-def swapped(owner: Any, **attrs: Any) -> Iterator[None]:
-    """Sets attributes of ``owner`` for the duration of the block, then puts the old ones back."""
-    old = {name: getattr(owner, name) for name in attrs}
-    for name, value in attrs.items():
-        setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        for name, value in old.items():
-            setattr(owner, name, value)
-
-
 def tracking(graph_context: Callable[..., Any], loop: CaptureLoop) -> Callable[..., Any]:
     """``torch.cuda.graph`` that marks ``loop`` as capturing while its block runs."""
 
@@ -181,16 +106,11 @@ def tracking(graph_context: Callable[..., Any], loop: CaptureLoop) -> Callable[.
     return graph
 
 
-class PendingGraph:
+class PendingGraph(capture.PendingGraph):
     """What ``torch.cuda.CUDAGraph()`` returns during LOAD's neutralised loop; replaced by the
-    restored graph before SGLang can replay it."""
+    restored graph before SGLang can replay it. ``reset()`` (0.5.23's ``cleanup``) does nothing."""
 
-    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
-        pass
-
-    def replay(self, *_args: Any, **_kwargs: Any) -> None:
-        raise RuntimeError("sglang-foundry: a CUDA graph placeholder was replayed; the restore did not install its "
-                           "graph")
+    plugin: ClassVar[str] = "sglang-foundry"
 
     def reset(self) -> None:
         pass
@@ -232,19 +152,16 @@ def no_capture(loop: CaptureLoop, empty_cache: Callable[[], None]) -> Callable[.
 
 
 def keep_graphs(loop: CaptureLoop) -> contextlib.AbstractContextManager[None]:
-    """SAVE: ``torch.cuda.CUDAGraph`` builds graphs that keep their CUgraph (foundry_core's)."""
+    """SAVE: ``torch.cuda.CUDAGraph`` builds graphs that keep their CUgraph (foundry_core's), and
+    ``torch.cuda.graph`` marks ``loop`` as capturing while its block runs."""
     import torch
 
-    from foundry_core.cuda_graph import CUDAGraph
-
-    return swapped(torch.cuda, CUDAGraph=CUDAGraph, graph=tracking(torch.cuda.graph, loop))
+    return capture.keep_graphs(graph=tracking(torch.cuda.graph, loop))
 
 
 def neutralised(loop: CaptureLoop, empty_cache: Callable[[], None]) -> contextlib.AbstractContextManager[None]:
-    """LOAD: no graph is created or captured."""
-    import torch
-
-    return swapped(torch.cuda, CUDAGraph=PendingGraph, graph=no_capture(loop, empty_cache))
+    """LOAD: no graph is created or captured (``torch.cuda.graph`` empties the cache as at SAVE)."""
+    return capture.neutralised(PendingGraph, no_capture(loop, empty_cache))
 
 
 def check_backend(backend: Any) -> None:
@@ -341,15 +258,12 @@ def _install_problem(loop: CaptureLoop, keys: list[Any], recorded: Mapping[str, 
 
 def _restore(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., Any], args: tuple,
              kwargs: dict) -> Any:
-    state = rt.session.recorded_state()
-    recorded: Mapping[str, Any] = state.adapter if state is not None else {}
+    recorded = rt.recorded_adapter_state()
     instantiate, threads = options.instantiate_mode()
-    start = time.perf_counter()
-    archive = rt.session.load(instantiate=instantiate, threads=threads)
-    if archive is None:
+    loaded_archive = rt.load_archive(instantiate, threads)
+    if loaded_archive is None:
         return _FALLBACK
-    rt.archive = archive
-    loaded = time.perf_counter() - start
+    archive, loaded = loaded_archive
     by_name = {g.name: g for g in archive}
     problem = _plan_problem(runner, recorded, by_name)
     if problem is not None:
@@ -453,14 +367,9 @@ def wrap_init_cuda_graphs(original: Callable[..., Any]) -> Callable[..., Any]:
         rt = runtime.current()
         if rt is None or rt.phase is not Phase.INIT or getattr(self, "is_draft_worker", False):
             return original(self, *args, **kwargs)
-        rt.phase = Phase.CAPTURE
         rt.runner = self
-        try:
-            with runtime.timed("init_cuda_graphs (kernel warmup, decode capture or restore)"):
-                return original(self, *args, **kwargs)
-        finally:
-            rt.phase = Phase.SERVING
-            rt.finish()
+        with rt.in_phase(Phase.CAPTURE, Phase.SERVING, "init_cuda_graphs (kernel warmup, decode capture or restore)"):
+            return original(self, *args, **kwargs)
 
     return init_cuda_graphs
 

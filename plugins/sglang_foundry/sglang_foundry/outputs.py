@@ -15,14 +15,10 @@ import dataclasses
 import importlib
 from typing import Any
 
+from foundry_core.engine.capture import is_cuda_tensor
 from foundry_core.errors import MismatchError, UnsupportedError
 
 _SCALARS = (bool, int, float, str)
-
-
-def is_cuda_tensor(obj: Any) -> bool:
-    """A CUDA tensor (duck-typed: torch need not be imported to ask)."""
-    return callable(getattr(obj, "data_ptr", None)) and getattr(obj, "is_cuda", False) is True
 
 
 def flatten(out: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -43,66 +43,44 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
-import sys
 
-from foundry_core.engine import Mode, Settings, prepare_child_environment, resolve_settings
-from foundry_core.errors import FoundryError, StateError
+from foundry_core.engine import Settings, prepare_child_environment, resolve_settings
+from foundry_core.engine.environment import STRICT_ENV, plugin_child_environment
+from foundry_core.engine.logs import LOG_ENV, setup_logging
+from foundry_core.engine.registration import PluginRegistration
+from foundry_core.errors import FoundryError
 
 from sglang_foundry import capture_patches, cli, modes, worker_patches
 
 logger = logging.getLogger("foundry.sglang")
 
-STRICT_ENV = "FOUNDRY_STRICT"
-LOG_ENV = "FOUNDRY_LOG"
 # Spawn targets of SGLang's processes that never run a model (0.5.17 and 0.5.23).
 NON_SCHEDULER_TARGETS = ("run_detokenizer_process", "run_data_parallel_controller_process",
                          "run_multi_detokenizer_router_process")
 
-_registered = False
-_activated = False
+__all__ = ["register", "activate", "setup_logging", "child_environment", "hosts_scheduler", "NON_SCHEDULER_TARGETS",
+           "resolve_settings", "STRICT_ENV", "LOG_ENV"]
+
+_REGISTRATION = PluginRegistration("sglang-foundry", logger)
 
 
 def register() -> None:
-    """The plugin entry point; safe to call any number of times in any process."""
-    global _registered
-    if _registered:
-        return
-    _registered = True
-    cli.install(strict=False)
-    try:
-        settings = resolve_settings()
-        if settings.mode is not Mode.OFF:
-            activate(settings)
-    except FoundryError as exc:
-        if hosts_scheduler():
-            logger.error("foundry: %s", exc)
-            raise SystemExit(f"sglang-foundry: {exc}") from exc
-        raise
+    """The plugin entry point; safe to call any number of times in any process. In a scheduler a
+    failed activation ends the process (SystemExit with the message), see the module docstring."""
+    _REGISTRATION.register(lambda: cli.install(strict=False), lambda settings: activate(settings),
+                           on_error=_exit_in_scheduler)
 
 
-def setup_logging() -> None:
-    """Gives the ``foundry`` logger a stderr handler (SGLang configures only the root logger);
-    level from FOUNDRY_LOG, default info."""
-    root = logging.getLogger("foundry")
-    if root.handlers:
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [%(name)s] %(message)s", "%m-%d %H:%M:%S"))
-    root.addHandler(handler)
-    root.setLevel(os.environ.get(LOG_ENV, "info").strip().upper() or "INFO")
-    root.propagate = False
+def _exit_in_scheduler(exc: FoundryError) -> None:
+    if hosts_scheduler():
+        logger.error("foundry: %s", exc)
+        raise SystemExit(f"sglang-foundry: {exc}") from exc
 
 
 def child_environment(settings: Settings) -> dict[str, str]:
     """This process's environment as SGLang's children must inherit it."""
-    try:
-        env = prepare_child_environment(archive=settings.archive, mode=settings.mode)
-    except FileNotFoundError as exc:
-        raise StateError(f"sglang-foundry: libfoundry.so was not found ({exc}); reinstall foundry-core, or "
-                         f"{modes.OFF_HINT}") from None
-    env.setdefault(STRICT_ENV, "1")
-    return env
+    return plugin_child_environment(settings, plugin="sglang-foundry", off_hint=modes.OFF_HINT,
+                                    prepare=prepare_child_environment)
 
 
 def hosts_scheduler() -> bool:
@@ -119,21 +97,14 @@ def hosts_scheduler() -> bool:
 def activate(settings: Settings) -> None:
     """Makes Foundry active in this process (idempotent): environment, logging, and the worker
     and capture seams in a scheduler."""
-    global _activated
-    if settings.mode is Mode.OFF:
-        return
-    os.environ.update(child_environment(settings))
-    if _activated:
-        return
-    _activated = True
-    setup_logging()
+    _REGISTRATION.activate(settings, child_environment, _install_seams_here)
+
+
+def _install_seams_here() -> None:
     if hosts_scheduler():
         worker_patches.install()
         capture_patches.install()
-    logger.debug("foundry: sglang-foundry active (mode %s, archive %s)", settings.mode, settings.archive)
 
 
 def _reset_for_tests() -> None:
-    global _registered, _activated
-    _registered = False
-    _activated = False
+    _REGISTRATION.reset()

@@ -152,12 +152,7 @@ TABLE = SeamTable(
 BY_NAME: dict[str, Seam] = TABLE.by_name
 
 
-def seam(name: str) -> Seam:
-    """The seam called ``name``; KeyError naming the known ones otherwise."""
-    return TABLE.seam(name)
-
-
-def source_files() -> list[str]:
-    """Every file (relative path, module or package form) a seam may live in, for the source
-    contract check; only some of them exist."""
-    return TABLE.source_files()
+# The seam called ``name`` (KeyError naming the known ones otherwise), and every file a seam may
+# live in (relative path, module or package form; only some exist) for the source contract check.
+seam = TABLE.seam
+source_files = TABLE.source_files

@@ -17,18 +17,18 @@ object of the same shape (the unit tests use a fake config). What goes where:
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import logging
-import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
-from foundry_core.engine import Mode
+from foundry_core.engine import EngineAdapter
+from foundry_core.engine.values import plain
 
 from vllm_foundry.modes import config_value as _get
 
 logger = logging.getLogger("foundry.vllm")
+
+__all__ = ["ENGINE_NAME", "GRAPH_ENV", "VllmAdapter", "plain"]
 
 ENGINE_NAME = "vllm"
 # Environment variables that change which kernels vLLM builds into the graphs.
@@ -36,62 +36,22 @@ GRAPH_ENV = ("VLLM_ATTENTION_BACKEND", "VLLM_USE_V2_MODEL_RUNNER", "VLLM_FLOAT32
              "VLLM_USE_DEEP_GEMM", "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_BATCH_INVARIANT")
 
 
-def plain(value: Any, depth: int = 0) -> Any:
-    """``value`` as JSON-able data with a stable text: enums by name, dataclasses and pydantic
-    models as dicts, sets sorted, dtypes and other objects as their ``str`` when that does not
-    hold an address (else only the type name)."""
-    if depth > 8:
-        return type(value).__name__
-    if isinstance(value, enum.Enum):  # before int/str: IntEnum and StrEnum are both
-        return value.name
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
-    if isinstance(value, Mapping):
-        return {str(k): plain(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v, depth + 1) for v in value]
-    if isinstance(value, (set, frozenset)):
-        return sorted((plain(v, depth + 1) for v in value), key=repr)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain(getattr(value, f.name, None), depth + 1) for f in dataclasses.fields(value)}
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        try:
-            return plain(dump(), depth + 1)
-        except Exception:  # noqa: BLE001 - fall through to the text form
-            pass
-    text = str(value)
-    return type(value).__name__ if " at 0x" in text else text
+class VllmAdapter(EngineAdapter):
+    """Answers the foundry hooks for one vLLM worker (one rank). ``state`` is filled by the
+    worker and capture patches."""
 
-
-def _vllm_version() -> str:
-    try:
-        from importlib import metadata
-
-        return metadata.version("vllm")
-    except Exception:  # noqa: BLE001
-        import vllm  # type: ignore[import-not-found]
-
-        return str(vllm.__version__)
-
-
-class VllmAdapter:
-    """Answers the foundry hooks for one vLLM worker (one rank)."""
+    logger: ClassVar[logging.Logger] = logger
+    distribution: ClassVar[str] = ENGINE_NAME
 
     def __init__(self, vllm_config: Any, *, engine_version: str | None = None,
                  environ: Mapping[str, str] | None = None) -> None:
+        super().__init__(engine_version=engine_version, environ=environ)
         self.config = vllm_config
-        self._version = engine_version
-        self._environ = os.environ if environ is None else environ
-        self.state: dict[str, Any] = {}          # filled by the worker and capture patches
-        self.fallback_reasons: list[str] = []
 
     # ---- required hooks ----------------------------------------------------------------------
 
     def foundry_engine_identity(self) -> tuple[str, str]:
-        return ENGINE_NAME, self._version or _vllm_version()
+        return ENGINE_NAME, self.installed_engine_version()
 
     def foundry_model_identity(self) -> dict[str, Any]:
         mc = _get(self.config, "model_config")
@@ -158,13 +118,3 @@ class VllmAdapter:
         if env:
             knobs["env"] = env
         return knobs
-
-    def foundry_record_state(self) -> dict[str, Any] | None:
-        if "kv_cache_bytes" not in self.state or "kv_cache_blocks" not in self.state:
-            return None
-        return dict(self.state)
-
-    def foundry_on_fallback(self, reason: str, mode: Mode) -> None:
-        self.fallback_reasons.append(reason)
-        # The session already logged the cause; the worker patches read mode and reasons.
-        logger.debug("foundry: fallback to mode %s (%s)", mode, reason)

@@ -26,14 +26,22 @@ normally (and auto mode writes a fresh archive).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import enum
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
-from foundry_core.engine import Mode
+from foundry_core.engine import Mode, capture
+from foundry_core.engine.capture import (
+    MAX_DEPTH,
+    NoCapture,
+    address_mismatch,
+    graph_name,
+    inference_mode,
+    keep_graphs,
+    swapped,
+    tensor_addresses,
+)
 from foundry_core.errors import MismatchError
 
 from vllm_foundry import modes, patching, runtime
@@ -42,83 +50,10 @@ from vllm_foundry.runtime import Phase
 logger = logging.getLogger("foundry.vllm")
 
 _FALLBACK = object()
-MAX_DEPTH = 5
 
-
-# ---- naming and inspection (pure; unit-tested) -----------------------------------------------------
-
-
-def _field_text(value: Any) -> str:
-    if isinstance(value, enum.Enum):
-        return value.name
-    return str(value)
-
-
-def graph_name(desc: Any) -> str:
-    """A stable name for a capture descriptor (``BatchExecutionDescriptor``): its fields as
-    ``name=value`` in declaration order, enums by name."""
-    if dataclasses.is_dataclass(desc) and not isinstance(desc, type):
-        items = [(f.name, getattr(desc, f.name)) for f in dataclasses.fields(desc)]
-    elif hasattr(desc, "_asdict"):
-        items = list(desc._asdict().items())
-    else:
-        return _field_text(desc)
-    return ",".join(f"{k}={_field_text(v)}" for k, v in items)
-
-
-def _is_cuda_tensor(obj: Any) -> bool:
-    return callable(getattr(obj, "data_ptr", None)) and getattr(obj, "is_cuda", False) is True
-
-
-def tensor_addresses(obj: Any) -> dict[str, int]:
-    """``{path: data_ptr}`` of every CUDA tensor reachable from ``obj`` through dicts, lists,
-    tuples, named tuples, dataclasses and plain objects (first path wins, depth-limited)."""
-    out: dict[str, int] = {}
-    seen: set[int] = set()
-
-    def walk(value: Any, path: str, depth: int) -> None:
-        if _is_cuda_tensor(value):
-            out.setdefault(path, int(value.data_ptr()))
-            return
-        if value is None or isinstance(value, (str, bytes, int, float, bool, enum.Enum)) or depth > MAX_DEPTH:
-            return
-        if id(value) in seen:
-            return
-        seen.add(id(value))
-        if isinstance(value, Mapping):
-            for key in sorted(value, key=str):
-                walk(value[key], f"{path}[{key}]", depth + 1)
-        elif isinstance(value, tuple) and hasattr(value, "_fields"):
-            for name in value._fields:
-                walk(getattr(value, name), f"{path}.{name}", depth + 1)
-        elif isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                walk(item, f"{path}[{i}]", depth + 1)
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            for f in dataclasses.fields(value):
-                walk(getattr(value, f.name, None), f"{path}.{f.name}", depth + 1)
-        elif hasattr(value, "__dict__") and not callable(value):
-            for name, item in sorted(vars(value).items()):
-                walk(item, f"{path}.{name}", depth + 1)
-
-    walk(obj, "", 0)
-    return out
-
-
-def address_mismatch(saved: Mapping[str, Mapping[str, int]], now: Mapping[str, Mapping[str, int]]) -> str | None:
-    """The first differences between SAVE's and this run's attention-metadata addresses (paths
-    both sides have), or None when they agree."""
-    diffs = []
-    for graph in saved:
-        if graph not in now:
-            continue
-        for path, ptr in saved[graph].items():
-            if path in now[graph] and now[graph][path] != ptr:
-                diffs.append(f"graph {graph!r} metadata {path or '<root>'} at {now[graph][path]:#x}, at SAVE {ptr:#x}")
-    if not diffs:
-        return None
-    more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
-    return "; ".join(diffs[:3]) + more
+__all__ = ["MAX_DEPTH", "NoCapture", "PendingGraph", "WRAPPERS", "address_mismatch", "expected_names", "graph_name",
+           "inference_mode", "install", "keep_graphs", "neutralised", "observing", "output_tensors", "swapped",
+           "tensor_addresses", "wrap_capture", "wrap_capture_model"]
 
 
 def _split_factory_result(out: Any) -> tuple[Callable[..., Any], Any]:
@@ -147,63 +82,16 @@ def observing(factory: Callable[..., Any], sink: dict[str, dict[str, int]], quie
     return create_forward_fn
 
 
-@contextlib.contextmanager
-def swapped(owner: Any, **attrs: Any) -> Iterator[None]:
-    """Sets attributes of ``owner`` for the duration of the block, then puts the old ones back."""
-    old = {name: getattr(owner, name) for name in attrs}
-    for name, value in attrs.items():
-        setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        for name, value in old.items():
-            setattr(owner, name, value)
-
-
-class PendingGraph:
+class PendingGraph(capture.PendingGraph):
     """What ``torch.cuda.CUDAGraph()`` returns during LOAD's neutralised loop; replaced by the
     restored graph before vLLM can replay it."""
 
-    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
-        pass
-
-    def replay(self, *_args: Any, **_kwargs: Any) -> None:
-        raise RuntimeError("vllm-foundry: a CUDA graph placeholder was replayed; the restore did not install its graph")
-
-
-class NoCapture:
-    """What ``torch.cuda.graph(...)`` returns during LOAD's neutralised loop: captures nothing."""
-
-    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
-        pass
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *_exc: object) -> bool:
-        return False
-
-
-def keep_graphs() -> contextlib.AbstractContextManager[None]:
-    """SAVE: ``torch.cuda.CUDAGraph`` builds graphs that keep their CUgraph (foundry_core's)."""
-    import torch
-
-    from foundry_core.cuda_graph import CUDAGraph
-
-    return swapped(torch.cuda, CUDAGraph=CUDAGraph)
-
-
-def inference_mode() -> contextlib.AbstractContextManager[Any]:
-    import torch
-
-    return torch.inference_mode()
+    plugin: ClassVar[str] = "vllm-foundry"
 
 
 def neutralised() -> contextlib.AbstractContextManager[None]:
     """LOAD: no graph is created or captured."""
-    import torch
-
-    return swapped(torch.cuda, CUDAGraph=PendingGraph, graph=NoCapture)
+    return capture.neutralised(PendingGraph, NoCapture)
 
 
 def expected_names(manager: Any) -> list[str] | None:
@@ -257,15 +145,12 @@ def _capture_and_save(rt: runtime.WorkerRuntime, manager: Any, original: Callabl
 
 def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., Any],
              factory: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    state = rt.session.recorded_state()
-    recorded: Mapping[str, Any] = state.adapter if state is not None else {}
+    recorded = rt.recorded_adapter_state()
     instantiate, threads = runtime.instantiate_mode()
-    start = time.perf_counter()
-    archive = rt.session.load(instantiate=instantiate, threads=threads)
-    if archive is None:
+    restored = rt.load_archive(instantiate, threads)
+    if restored is None:
         return _FALLBACK
-    rt.archive = archive
-    loaded = time.perf_counter() - start
+    archive, loaded = restored
     by_name = {g.name: g for g in archive}
     expected = expected_names(manager)
     if expected is not None and set(expected) != set(by_name):
@@ -323,14 +208,9 @@ def wrap_capture_model(original: Callable[..., Any]) -> Callable[..., Any]:
         rt = runtime.current()
         if rt is None or rt.phase is not Phase.WARMUP or kwargs.get("profile_only"):
             return original(self, *args, **kwargs)
-        rt.phase = Phase.CAPTURE
         rt.runner = self
-        try:
-            with runtime.timed("capture_model (capture or restore)"):
-                return original(self, *args, **kwargs)
-        finally:
-            rt.phase = Phase.WARMUP
-            rt.finish()
+        with rt.in_phase(Phase.CAPTURE, Phase.WARMUP, "capture_model (capture or restore)"):
+            return original(self, *args, **kwargs)
 
     return capture_model
 

@@ -13,96 +13,44 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
-from foundry_core.engine import Mode, Settings, resolve_settings
-from foundry_core.engine.mode import ARCHIVE_ENV, CHOICES, MODE_ENV
+from foundry_core.engine import Settings, flags
+from foundry_core.engine.flags import ARCHIVE_FLAG, MODE_FLAG, export, settings_from_args
 
 from vllm_foundry import patching
 
 logger = logging.getLogger("foundry.vllm")
 
-ARCHIVE_FLAG = "--foundry-archive"
-MODE_FLAG = "--foundry-mode"
+__all__ = ["ARCHIVE_FLAG", "MODE_FLAG", "add_foundry_args", "settings_from_args", "export", "apply_cli_args",
+           "wrap_add_cli_args", "wrap_from_cli_args", "install"]
 
 
 def add_foundry_args(parser: Any) -> Any:
     """Adds the Foundry flags to ``parser`` once (a second call on the same parser does nothing)."""
-    for action in getattr(parser, "_actions", []):
-        if ARCHIVE_FLAG in getattr(action, "option_strings", ()):
-            return parser
-    group = parser.add_argument_group(
-        "Foundry", "Persist the CUDA graphs vLLM captures and restore them at the next start (vllm-foundry).")
-    group.add_argument(ARCHIVE_FLAG, dest="foundry_archive", metavar="DIR", default=None,
-                       help=f"Archive directory (default: ${ARCHIVE_ENV}). Without an archive Foundry is off.")
-    group.add_argument(MODE_FLAG, dest="foundry_mode", choices=CHOICES, default=None,
-                       help=f"auto: load a complete archive, else capture and save one (default; ${MODE_ENV}); "
-                            "save: always capture and write; load: restore, fall back to a normal start without "
-                            "writing; off: do nothing.")
-    return parser
-
-
-def settings_from_args(args: argparse.Namespace) -> Settings | None:
-    """The settings the parsed flags ask for (flags > environment), or None when neither flag
-    was given."""
-    archive = getattr(args, "foundry_archive", None)
-    mode = getattr(args, "foundry_mode", None)
-    if archive is None and mode is None:
-        return None
-    return resolve_settings(mode, archive)
-
-
-def export(settings: Settings) -> None:
-    """Writes the settings to this process's environment, which every later child inherits."""
-    os.environ[MODE_ENV] = settings.mode.value
-    if settings.archive is not None:
-        os.environ[ARCHIVE_ENV] = os.path.abspath(os.fspath(settings.archive))
+    return flags.add_foundry_args(parser, engine="vLLM", plugin="vllm-foundry")
 
 
 def apply_cli_args(args: argparse.Namespace) -> Settings | None:
     """Exports the flags and activates Foundry when they ask for it; returns the settings."""
-    settings = settings_from_args(args)
-    if settings is None:
-        return None
-    export(settings)
-    if settings.mode is not Mode.OFF:
-        from vllm_foundry.register import activate
+    from vllm_foundry.register import activate
 
-        activate(resolve_settings())
-    return settings
+    return flags.apply_cli_args(args, activate)
 
 
 def wrap_add_cli_args(original: Callable[..., Any]) -> Callable[..., Any]:
-    def add_cli_args(parser: Any, *args: Any, **kwargs: Any) -> Any:
-        result = original(parser, *args, **kwargs)
-        add_foundry_args(result if result is not None else parser)
-        return result
-
-    return add_cli_args
+    """``EngineArgs.add_cli_args`` that also adds the Foundry flags."""
+    return flags.wrap_add_cli_args(original, lambda parser: add_foundry_args(parser))
 
 
 def wrap_from_cli_args(original: Callable[..., Any]) -> Callable[..., Any]:
-    def from_cli_args(cls: Any, args: argparse.Namespace, *rest: Any, **kwargs: Any) -> Any:
-        engine_args = original(cls, args, *rest, **kwargs)
-        apply_cli_args(args)
-        return engine_args
-
-    return from_cli_args
+    """``EngineArgs.from_cli_args`` that then exports the flags and activates Foundry."""
+    return flags.wrap_from_cli_args(original, lambda args, _engine_args: apply_cli_args(args))
 
 
 def install(strict: bool) -> bool:
     """Wraps EngineArgs.add_cli_args / from_cli_args. When vLLM moved them: raises SeamError if
     ``strict`` (Foundry is active), else logs a warning (the flags are missing; the environment
     still works) and returns False."""
-    try:
-        patching.install("cli.add_cli_args", wrap_add_cli_args)
-        patching.install("cli.from_cli_args", wrap_from_cli_args)
-    except patching.SeamError as exc:
-        if strict:
-            raise
-        logger.warning("%s. %s and %s are unavailable; set %s / %s instead", exc, ARCHIVE_FLAG, MODE_FLAG,
-                       ARCHIVE_ENV, MODE_ENV)
-        return False
-    return True
+    return flags.install_cli_seams(patching.install, wrap_add_cli_args, wrap_from_cli_args, strict=strict, log=logger)

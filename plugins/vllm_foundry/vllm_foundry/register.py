@@ -23,57 +23,34 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 
-from foundry_core.engine import Mode, Settings, preload_active, prepare_child_environment, resolve_settings
-from foundry_core.errors import StateError
+from foundry_core.engine import Settings, preload_active, prepare_child_environment, resolve_settings
+from foundry_core.engine.environment import STRICT_ENV, plugin_child_environment
+from foundry_core.engine.logs import LOG_ENV, setup_logging
+from foundry_core.engine.registration import PluginRegistration
 
 from vllm_foundry import capture_patches, cli, modes, worker_patches
 
 logger = logging.getLogger("foundry.vllm")
 
 MP_METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
-STRICT_ENV = "FOUNDRY_STRICT"
-LOG_ENV = "FOUNDRY_LOG"
 INPROC_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
-_registered = False
-_activated = False
+__all__ = ["register", "activate", "setup_logging", "child_environment", "hosts_engine", "install_engine_seams",
+           "resolve_settings", "MP_METHOD_ENV", "STRICT_ENV", "LOG_ENV", "INPROC_ENV"]
+
+_REGISTRATION = PluginRegistration("vllm-foundry", logger)
 
 
 def register() -> None:
     """The plugin entry point; safe to call any number of times in any process."""
-    global _registered
-    if _registered:
-        return
-    _registered = True
-    cli.install(strict=False)
-    settings = resolve_settings()
-    if settings.mode is not Mode.OFF:
-        activate(settings)
-
-
-def setup_logging() -> None:
-    """Gives the ``foundry`` logger a stderr handler (vLLM configures only its own loggers);
-    level from FOUNDRY_LOG, default info."""
-    root = logging.getLogger("foundry")
-    if root.handlers:
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [%(name)s] %(message)s", "%m-%d %H:%M:%S"))
-    root.addHandler(handler)
-    root.setLevel(os.environ.get(LOG_ENV, "info").strip().upper() or "INFO")
-    root.propagate = False
+    _REGISTRATION.register(lambda: cli.install(strict=False), lambda settings: activate(settings))
 
 
 def child_environment(settings: Settings) -> dict[str, str]:
     """This process's environment as vLLM's children must inherit it."""
-    try:
-        env = prepare_child_environment(archive=settings.archive, mode=settings.mode)
-    except FileNotFoundError as exc:
-        raise StateError(f"vllm-foundry: libfoundry.so was not found ({exc}); reinstall foundry-core, or "
-                         f"{modes.OFF_HINT}") from None
-    env.setdefault(STRICT_ENV, "1")
+    env = plugin_child_environment(settings, plugin="vllm-foundry", off_hint=modes.OFF_HINT,
+                                   prepare=prepare_child_environment)
     method = env.get(MP_METHOD_ENV)
     if preload_active():
         # Started under the preload (`foundry run -- vllm ...`): a forked child is a copy of this
@@ -116,24 +93,17 @@ def _install_after_fork() -> None:
 def activate(settings: Settings) -> None:
     """Makes Foundry active in this process (idempotent): environment, logging, and the worker
     and capture seams where a worker may run."""
-    global _activated
-    if settings.mode is Mode.OFF:
-        return
-    os.environ.update(child_environment(settings))
-    if _activated:
-        return
-    _activated = True
-    setup_logging()
+    _REGISTRATION.activate(settings, child_environment, _install_seams_here)
+
+
+def _install_seams_here() -> None:
     if hosts_engine():
         install_engine_seams()
     elif preload_active():
         # vLLM will fork its engine process (which inherits the preload), and in that copy of this
         # process it does not load plugins again: install the seams there, right after the fork.
         os.register_at_fork(after_in_child=_install_after_fork)
-    logger.debug("foundry: vllm-foundry active (mode %s, archive %s)", settings.mode, settings.archive)
 
 
 def _reset_for_tests() -> None:
-    global _registered, _activated
-    _registered = False
-    _activated = False
+    _REGISTRATION.reset()

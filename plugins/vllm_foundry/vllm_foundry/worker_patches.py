@@ -142,13 +142,10 @@ def wrap_compile_or_warm_up_model(original: Callable[..., Any]) -> Callable[...,
         rt = runtime.current()
         if rt is None:
             return original(self, *args, **kwargs)
-        rt.phase = Phase.WARMUP
-        try:
-            with runtime.timed("compile_or_warm_up_model (warmup, capture or restore, JIT warmup)"):
-                return original(self, *args, **kwargs)
-        finally:
-            rt.phase = Phase.SERVING
-            rt.finish()  # no-op after the capture phase ended it
+        # finish() at the end is a no-op after the capture phase ended the region
+        with rt.in_phase(Phase.WARMUP, Phase.SERVING,
+                         "compile_or_warm_up_model (warmup, capture or restore, JIT warmup)"):
+            return original(self, *args, **kwargs)
 
     return compile_or_warm_up_model
 
