@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# Shared test bodies live in these helper modules: rewrite their asserts so failures show values.
+pytest.register_assert_rewrite("plugin_support", "pypi_sources")
+
 TESTS_DIR = Path(__file__).resolve().parent
 PROGRAMS_DIR = TESTS_DIR / "gpu" / "programs"
 

@@ -30,6 +30,8 @@ TOKENS="${TOKENS:-64}"
 PYTHON="${PYTHON:-python3}"
 OUT="${OUT_DIR:-/tmp/foundry-sglang-recipe}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=recipe/lib.sh
+source "$HERE/../lib.sh"
 if [ -n "${SGLANG_ENV:-}" ]; then
   # shellcheck disable=SC1090
   source "$SGLANG_ENV"
@@ -37,14 +39,7 @@ fi
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 
-if [ ! -f "$MODEL/config.json" ]; then
-  gen="${TINY_MODEL:-}"
-  for cand in "$HERE/../../shared/tools/enginepack/tiny_model.py" "$HERE/../../../shared/tools/enginepack/tiny_model.py"; do
-    [ -n "$gen" ] || { [ -f "$cand" ] && gen="$cand"; }
-  done
-  [ -n "$gen" ] || { echo "tiny_model.py not found; set TINY_MODEL" >&2; exit 1; }
-  "$PYTHON" "$gen" "$MODEL"
-fi
+ensure_tiny_model "$MODEL"
 rm -rf "$ARCHIVE"
 
 # The same flags on every start: anything that shapes the graphs is part of the archive's
@@ -78,26 +73,12 @@ run() {  # NAME [foundry flags...]: one start, its /health time and greedy token
   env -u FOUNDRY_ARCHIVE -u FOUNDRY_MODE setsid "$PYTHON" -m sglang.launch_server "${FLAGS[@]}" "$@" \
     > "$OUT/$name.log" 2>&1 &
   SERVER_PGID=$!
-  "$PYTHON" - "$PORT" "${START_TIMEOUT:-900}" "$SERVER_PGID" "$t0" "$OUT/$name.json" "$PROMPTS" "$TOKENS" <<'EOF' || rc=$?
-import json, os, sys, time, urllib.request
-port, limit, pid, t0, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
-prompts, tokens = int(sys.argv[6]), int(sys.argv[7])
+  run_when_healthy "$PORT" "${START_TIMEOUT:-900}" "$SERVER_PGID" "$t0" \
+    "sglang.launch_server exited before /health answered" "timed out after {limit:.0f} s waiting for /health" \
+    "$PORT" "$OUT/$name.json" "$PROMPTS" "$TOKENS" <<'EOF' || rc=$?
+import json, sys, urllib.request
+port, out, prompts, tokens, ready = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 base = f"http://127.0.0.1:{port}"
-while True:
-    try:
-        with urllib.request.urlopen(base + "/health", timeout=2) as r:
-            if r.status == 200:
-                break
-    except Exception:
-        pass
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        sys.exit("sglang.launch_server exited before /health answered")
-    if time.time() - t0 > limit:
-        sys.exit(f"timed out after {limit:.0f} s waiting for /health")
-    time.sleep(0.2)
-ready = time.time() - t0
 
 def generate(texts):
     body = {"text": texts, "sampling_params": {"temperature": 0.0, "max_new_tokens": tokens, "ignore_eos": True}}
@@ -131,12 +112,10 @@ fi
 
 run save --foundry-archive "$ARCHIVE" --foundry-mode save; names+=(save)
 # A start that fell back would still produce identical tokens: check each did what it was asked.
-grep -qE "foundry: captured [0-9]+ decode graphs in .* saved [0-9]+ graphs to " "$OUT/save.log" \
-  || { echo "the SAVE start wrote no archive (see $OUT/save.log)" >&2; exit 1; }
+expect_saved "foundry: captured [0-9]+ decode graphs in .* saved [0-9]+ graphs to "
 
 run load --foundry-archive "$ARCHIVE" --foundry-mode load; names+=(load)
-grep -qE "foundry: restored [0-9]+ decode graphs in " "$OUT/load.log" \
-  || { echo "the LOAD start restored no graphs (see $OUT/load.log)" >&2; exit 1; }
+expect_restored "foundry: restored [0-9]+ decode graphs in "
 if grep -qE "foundry: .*(cannot load the archive|does not use the archive)" "$OUT/load.log"; then
   echo "the LOAD start fell back (see $OUT/load.log)" >&2; exit 1
 fi
@@ -144,15 +123,5 @@ saved=$(grep -oE "captured [0-9]+ decode graphs" "$OUT/save.log" | grep -oE "[0-
 restored=$(grep -oE "restored [0-9]+ decode graphs" "$OUT/load.log" | grep -oE "[0-9]+" | head -n1)
 [ "$saved" = "$restored" ] || { echo "SAVE captured $saved decode graphs, LOAD restored $restored" >&2; exit 1; }
 
-"$PYTHON" - "$OUT" "${names[@]}" <<'EOF'
-import json, sys
-out, names = sys.argv[1], sys.argv[2:]
-runs = {n: json.load(open(f"{out}/{n}.json")) for n in names}
-for n, r in runs.items():
-    print(f"{n:9s} ready {r['ready_s']:6.1f} s")
-ref = runs[names[0]]["tokens"]
-bad = [n for n in names[1:] if runs[n]["tokens"] != ref]
-if bad:
-    sys.exit(f"greedy tokens differ from {names[0]}: {', '.join(bad)}")
-print(f"identical greedy tokens ({len(ref)} completions) across {', '.join(names)}")
-EOF
+compare_tokens "greedy tokens differ from {ref}: {bad}" \
+  "identical greedy tokens ({count} completions) across {names}" "${names[@]}"

@@ -23,6 +23,8 @@ MAX_MODEL_LEN="${MAX_MODEL_LEN:-2048}"
 PYTHON="${PYTHON:-python3}"
 OUT="${OUT_DIR:-/tmp/foundry-vllm-recipe}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=recipe/lib.sh
+source "$HERE/../lib.sh"
 if [ -n "${VLLM_ENV:-}" ]; then
   # shellcheck disable=SC1090
   source "$VLLM_ENV"
@@ -30,14 +32,7 @@ fi
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER="${VLLM_USE_FLASHINFER_SAMPLER:-0}"
 mkdir -p "$OUT"
 
-if [ ! -f "$MODEL/config.json" ]; then
-  gen="${TINY_MODEL:-}"
-  for cand in "$HERE/../../shared/tools/enginepack/tiny_model.py" "$HERE/../../../shared/tools/enginepack/tiny_model.py"; do
-    [ -n "$gen" ] || { [ -f "$cand" ] && gen="$cand"; }
-  done
-  [ -n "$gen" ] || { echo "tiny_model.py not found; set TINY_MODEL" >&2; exit 1; }
-  "$PYTHON" "$gen" "$MODEL"
-fi
+ensure_tiny_model "$MODEL"
 rm -rf "$ARCHIVE"
 
 # ---- offline LLM API ----------------------------------------------------------------------------
@@ -59,25 +54,11 @@ run_serve() {  # NAME FOUNDRY_MODE
     -cc.cudagraph_mode=FULL_DECODE_ONLY --cudagraph-capture-sizes $SIZES \
     --foundry-archive "$ARCHIVE" --foundry-mode "$2" --host 127.0.0.1 --port "$PORT" > "$OUT/$1.log" 2>&1 &
   pid=$!
-  "$PYTHON" - "$PORT" "${SERVE_TIMEOUT:-600}" "$pid" "$t0" "$OUT/$1.json" <<'EOF' || rc=$?
-import json, os, sys, time, urllib.request
-port, limit, pid, t0, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+  run_when_healthy "$PORT" "${SERVE_TIMEOUT:-600}" "$pid" "$t0" "vllm serve exited before /health answered" \
+    "timed out waiting for /health" "$PORT" "$OUT/$1.json" <<'EOF' || rc=$?
+import json, sys, urllib.request
+port, out, ready = sys.argv[1], sys.argv[2], float(sys.argv[3])
 base = f"http://127.0.0.1:{port}"
-while True:
-    try:
-        with urllib.request.urlopen(base + "/health", timeout=2) as r:
-            if r.status == 200:
-                break
-    except Exception:
-        pass
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        sys.exit("vllm serve exited before /health answered")
-    if time.time() - t0 > limit:
-        sys.exit("timed out waiting for /health")
-    time.sleep(0.2)
-ready = time.time() - t0
 tokens = []
 for i in range(32):
     body = {"model": "tiny", "prompt": f"hello world the model number {i} said", "max_tokens": 64,
@@ -104,19 +85,9 @@ names=()
 if [ "${BASELINE:-0}" = 1 ]; then $run baseline off; names+=(baseline); fi
 $run save save; names+=(save)
 # A start that fell back would still produce identical tokens: check each did what it was asked.
-grep -qE "foundry: .*saved [0-9]+ graphs" "$OUT/save.log" || { echo "the SAVE start wrote no archive (see $OUT/save.log)" >&2; exit 1; }
+expect_saved "foundry: .*saved [0-9]+ graphs"
 $run load load; names+=(load)
-grep -qE "foundry: restored [0-9]+ graphs" "$OUT/load.log" || { echo "the LOAD start restored no graphs (see $OUT/load.log)" >&2; exit 1; }
+expect_restored "foundry: restored [0-9]+ graphs"
 
-"$PYTHON" - "$OUT" "${names[@]}" <<'EOF'
-import json, sys
-out, names = sys.argv[1], sys.argv[2:]
-runs = {n: json.load(open(f"{out}/{n}.json")) for n in names}
-for n, r in runs.items():
-    print(f"{n:9s} ready {r['ready_s']:6.1f} s")
-ref = runs[names[0]]["tokens"]
-bad = [n for n in names[1:] if runs[n]["tokens"] != ref]
-if bad:
-    sys.exit(f"completions differ from {names[0]}: {', '.join(bad)}")
-print(f"identical greedy completions ({len(ref)} prompts) across {', '.join(names)}")
-EOF
+compare_tokens "completions differ from {ref}: {bad}" \
+  "identical greedy completions ({count} prompts) across {names}" "${names[@]}"

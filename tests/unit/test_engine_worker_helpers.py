@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from plugin_support import FakeDevice
 
 from foundry_core.engine import (
     EngineAdapter,
@@ -62,37 +63,9 @@ def clean_env(monkeypatch):
 # ---- fakes ---------------------------------------------------------------------------------------
 
 
-class RecordingDevice(worker.DeviceOps):
-    def __init__(self, log: list[str]) -> None:
-        self.log = log
-
-    def empty_cache(self) -> None:
-        self.log.append("empty_cache")
-
-    def free_memory(self) -> int:
-        return 1 << 30
-
-    def stop_region(self) -> None:
-        self.log.append("stop_region")
-
-    def resume_region(self) -> None:
-        self.log.append("resume_region")
-
-    def private_pool(self) -> Any:
-        self.log.append("new_pool")
-        return "pool"
-
-    def use_pool(self, pool: Any) -> Any:
-        log = self.log
-
-        class Use:
-            def __enter__(self) -> None:
-                log.append(f"use:{pool}")
-
-            def __exit__(self, *exc: object) -> None:
-                log.append("unuse")
-
-        return Use()
+def RecordingDevice(log: list[str]) -> FakeDevice:  # noqa: N802 - reads like the class it stands for
+    """Device operations that record their calls in ``log``."""
+    return FakeDevice(log, free=1 << 30)
 
 
 class FakeSession:

@@ -9,7 +9,6 @@ and stand-ins for save_graphs / load_graphs that keep the saved graphs' output t
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import importlib
 import logging
@@ -23,6 +22,10 @@ from typing import Any
 
 import pytest
 
+
+from plugin_support import (  # noqa: E402
+    FakeDevice, Plugin, check_no_pause_after_finish, check_pause_nesting, check_pause_resumes_after_failure,
+    exec_fake_modules, fake_child_env, install_fake_packages, install_fake_torch, session_fingerprint)
 from test_engine_support import ENVIRONMENT, FakeRuntime, manifest_doc
 
 PLUGIN_DIR = Path(__file__).resolve().parents[2] / "plugins" / "sglang_foundry"
@@ -31,7 +34,7 @@ try:
 except ImportError:  # not installed: test the source tree
     sys.path.insert(0, str(PLUGIN_DIR))
 
-from foundry_core.engine import EngineSession, Mode, get_plugin_manager  # noqa: E402
+from foundry_core.engine import Mode  # noqa: E402
 from foundry_core.engine.layout import rank_dir  # noqa: E402
 from foundry_core.errors import InvalidArgumentError, MismatchError, StateError, UnsupportedError  # noqa: E402
 from foundry_core.fingerprint import check_fingerprint  # noqa: E402
@@ -52,6 +55,7 @@ from sglang_foundry import (  # noqa: E402
 )
 
 register_mod = importlib.import_module("sglang_foundry.register")  # the package attribute is the function
+PLUGIN = Plugin(register_mod, runtime, patching, worker_patches, capture_patches, cli, seams)
 
 # Variables the plugin writes to os.environ itself (not through monkeypatch): saved and put back.
 FOUNDRY_ENV = ("FOUNDRY_ARCHIVE", "FOUNDRY_MODE", "FOUNDRY_STRICT", "FOUNDRY_FALLBACK", "FOUNDRY_SGLANG_INSTANTIATE",
@@ -62,21 +66,7 @@ FOUNDRY_ENV = ("FOUNDRY_ARCHIVE", "FOUNDRY_MODE", "FOUNDRY_STRICT", "FOUNDRY_FAL
 
 @pytest.fixture(autouse=True)
 def clean_state(monkeypatch):
-    saved_env = {key: os.environ.pop(key, None) for key in FOUNDRY_ENV}
-    register_mod._reset_for_tests()
-    runtime.reset()
-    foundry_logger = logging.getLogger("foundry")
-    saved = (list(foundry_logger.handlers), foundry_logger.propagate, foundry_logger.level)
-    yield
-    patching.uninstall_all()
-    register_mod._reset_for_tests()
-    runtime.reset()
-    foundry_logger.handlers[:], foundry_logger.propagate, foundry_logger.level = saved
-    for key, value in saved_env.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    yield from PLUGIN.isolation(monkeypatch, FOUNDRY_ENV)
 
 
 # ---- a fake SGLang with the real module names -------------------------------------------------
@@ -568,24 +558,9 @@ class FakeGraphContext:
         return False
 
 
-def _package(name: str) -> types.ModuleType:
-    mod = types.ModuleType(name)
-    mod.__path__ = []  # type: ignore[attr-defined]
-    return mod
-
-
 @pytest.fixture
 def fake_torch(monkeypatch):
-    torch = _package("torch")
-    torch.cuda = types.ModuleType("torch.cuda")  # type: ignore[attr-defined]
-    torch.cuda.CUDAGraph = FakeCUDAGraph  # type: ignore[attr-defined]
-    torch.cuda.graph = FakeGraphContext  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "torch", torch)
-    monkeypatch.setitem(sys.modules, "torch.cuda", torch.cuda)
-    keep = types.ModuleType("foundry_core.cuda_graph")
-    keep.CUDAGraph = KeepGraph  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "foundry_core.cuda_graph", keep)
-    return torch
+    return install_fake_torch(monkeypatch, FakeCUDAGraph, FakeGraphContext, KeepGraph)
 
 
 HF_CONFIG = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 1024, "num_hidden_layers": 8}
@@ -595,28 +570,14 @@ HF_CONFIG = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 1024, "num_hi
 def fake_sglang(monkeypatch, fake_torch):
     """Installs the fake SGLang modules; returns {module name: module} plus the package's LOG and
     KNOBS (what the fake engine measures: free memory, KV bytes per token, addresses)."""
-    packages: set[str] = set()
-    for name in FAKE_SOURCES:
-        parts = name.split(".")
-        for i in range(1, len(parts)):
-            pkg = ".".join(parts[:i])
-            if pkg not in packages:
-                packages.add(pkg)
-                monkeypatch.setitem(sys.modules, pkg, _package(pkg))
+    install_fake_packages(monkeypatch, FAKE_SOURCES)
     root = sys.modules["sglang"]
     root.LOG = []  # type: ignore[attr-defined]
     root.FakeTensor = FakeTensor  # type: ignore[attr-defined]
     root.KNOBS = {"free_bytes": 64 << 20, "bytes_per_token": 16 << 10, "metadata_ptr": 0x5000,  # type: ignore
                   "logits_ptr": 0x9000, "hf_config": dict(HF_CONFIG)}
     root.__version__ = "0.5.17"  # type: ignore[attr-defined]
-    mods: dict[str, Any] = {}
-    for name, source in FAKE_SOURCES.items():
-        mod = types.ModuleType(name)
-        monkeypatch.setitem(sys.modules, name, mod)
-        exec(compile(textwrap.dedent(source), f"<fake {name}>", "exec"), mod.__dict__)
-        parent, _, leaf = name.rpartition(".")
-        setattr(sys.modules[parent], leaf, mod)
-        mods[name] = mod
+    mods = exec_fake_modules(monkeypatch, FAKE_SOURCES)
     mods["LOG"], mods["KNOBS"] = root.LOG, root.KNOBS  # type: ignore[attr-defined]
     monkeypatch.setattr(patching, "sglang_version", lambda: "0.0.fake")
     return mods
@@ -627,38 +588,19 @@ def fake_sglang(monkeypatch, fake_torch):
 
 @pytest.fixture
 def recorded_activation(monkeypatch):
-    monkeypatch.setattr(register_mod, "hosts_scheduler", lambda: True)
-    calls = {"worker": 0, "capture": 0}
-    monkeypatch.setattr(worker_patches, "install", lambda: calls.__setitem__("worker", calls["worker"] + 1))
-    monkeypatch.setattr(capture_patches, "install", lambda: calls.__setitem__("capture", calls["capture"] + 1))
-    return calls
-
-
-def _fake_child_env(archive=None, mode=None, env=None):
-    out = dict(os.environ)
-    out["LD_PRELOAD"] = "/opt/foundry/libfoundry.so"
-    out["NCCL_CUMEM_ENABLE"] = "0"
-    if archive is not None:
-        out["FOUNDRY_ARCHIVE"] = os.fspath(archive)
-    if mode is not None:
-        out["FOUNDRY_MODE"] = Mode(mode).value if not isinstance(mode, Mode) else mode.value
-    return out
+    return PLUGIN.record_activation(monkeypatch, "hosts_scheduler")
 
 
 def test_register_off_only_adds_the_flags(fake_sglang, recorded_activation):
     import sglang_foundry as package
 
-    package.register()
-    package.register()
-    assert recorded_activation == {"worker": 0, "capture": 0}
-    assert "LD_PRELOAD" not in os.environ and "FOUNDRY_STRICT" not in os.environ
-    parser = argparse.ArgumentParser()
-    fake_sglang["sglang.srt.server_args"].ServerArgs.add_cli_args(parser)
-    assert parser.parse_args(["--foundry-archive", "/a"]).foundry_archive == "/a"
+    PLUGIN.check_register_off_only_adds_flags(package.register, recorded_activation,
+                                              fake_sglang["sglang.srt.server_args"].ServerArgs,
+                                              "FOUNDRY_STRICT")
 
 
 def test_register_from_environment_prepares_children_once(fake_sglang, recorded_activation, monkeypatch, tmp_path):
-    monkeypatch.setattr(register_mod, "prepare_child_environment", _fake_child_env)
+    monkeypatch.setattr(register_mod, "prepare_child_environment", fake_child_env)
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
     register_mod.register()
     register_mod.register()
@@ -671,7 +613,7 @@ def test_register_from_environment_prepares_children_once(fake_sglang, recorded_
 def test_main_process_sets_the_environment_but_installs_no_worker_seams(fake_sglang, recorded_activation,
                                                                          monkeypatch, tmp_path):
     monkeypatch.setattr(register_mod, "hosts_scheduler", lambda: False)
-    monkeypatch.setattr(register_mod, "prepare_child_environment", _fake_child_env)
+    monkeypatch.setattr(register_mod, "prepare_child_environment", fake_child_env)
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
     register_mod.register()
     assert recorded_activation == {"worker": 0, "capture": 0} and os.environ["LD_PRELOAD"]
@@ -688,31 +630,11 @@ def test_scheduler_processes_are_told_apart_by_their_spawn_target(fake_sglang, m
 
 
 def test_register_keeps_a_users_strict_setting_and_mode_off(fake_sglang, recorded_activation, monkeypatch, tmp_path):
-    monkeypatch.setattr(register_mod, "prepare_child_environment", _fake_child_env)
-    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
-    monkeypatch.setenv("FOUNDRY_MODE", "off")
-    register_mod.register()
-    assert recorded_activation == {"worker": 0, "capture": 0} and "LD_PRELOAD" not in os.environ
-    register_mod._reset_for_tests()
-    monkeypatch.setenv("FOUNDRY_MODE", "save")
-    monkeypatch.setenv("FOUNDRY_STRICT", "0")
-    register_mod.register()
-    assert os.environ["FOUNDRY_STRICT"] == "0" and os.environ["FOUNDRY_MODE"] == "save"
+    PLUGIN.check_strict_setting_and_mode_off(recorded_activation, monkeypatch, tmp_path)
 
 
 def test_register_with_the_real_child_environment(fake_sglang, recorded_activation, monkeypatch, tmp_path):
-    from foundry_core.preload import preload_environment
-
-    try:
-        preload_environment({})
-    except FileNotFoundError as exc:
-        pytest.skip(f"libfoundry.so is not built here: {exc}")
-    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
-    monkeypatch.setenv("FOUNDRY_MODE", "load")
-    register_mod.register()
-    assert "libfoundry.so" in os.environ["LD_PRELOAD"].split(":")[0]
-    assert os.environ["NCCL_CUMEM_ENABLE"] == "0" and os.environ["NCCL_NVLS_ENABLE"] == "0"
-    assert os.environ["FOUNDRY_MODE"] == "load"
+    PLUGIN.check_real_child_environment(monkeypatch, tmp_path)
 
 
 def _missing_library(**_kw):
@@ -745,8 +667,7 @@ def test_register_rejects_a_bad_mode(fake_sglang, recorded_activation, monkeypat
 
 
 def test_register_survives_moved_cli_seams(monkeypatch, recorded_activation, caplog):
-    for pkg in ("sglang", "sglang.srt"):
-        monkeypatch.setitem(sys.modules, pkg, _package(pkg))
+    install_fake_packages(monkeypatch, ["sglang.srt.server_args"])
     monkeypatch.setitem(sys.modules, "sglang.srt.server_args", types.ModuleType("sglang.srt.server_args"))
     register_mod.register()
     assert "cli.add_cli_args" in caplog.text and "FOUNDRY_ARCHIVE" in caplog.text
@@ -757,9 +678,7 @@ def test_register_survives_moved_cli_seams(monkeypatch, recorded_activation, cap
 
 @pytest.fixture
 def activations(monkeypatch):
-    seen = []
-    monkeypatch.setattr(register_mod, "activate", lambda settings: seen.append(settings))
-    return seen
+    return PLUGIN.record_activations(monkeypatch)
 
 
 def _parse(fake_sglang, argv):
@@ -815,36 +734,11 @@ def test_cli_refuses_unsupported_settings_in_the_main_process(fake_sglang, activ
 
 
 def test_cli_rejects_unknown_modes_and_adds_flags_once(fake_sglang, capsys):
-    cli.install(strict=True)
-    cli.install(strict=True)
-    parser = argparse.ArgumentParser()
-    fake_sglang["sglang.srt.server_args"].ServerArgs.add_cli_args(parser)
-    cli.add_foundry_args(parser)  # the same parser twice: no argparse conflict
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--foundry-mode", "restore"])
-    assert "auto" in capsys.readouterr().err
+    PLUGIN.check_cli_flags_added_once(fake_sglang["sglang.srt.server_args"].ServerArgs, capsys)
 
 
 def test_cli_seam_with_the_wrong_shape_is_refused(monkeypatch):
-    for pkg in ("sglang", "sglang.srt"):
-        monkeypatch.setitem(sys.modules, pkg, _package(pkg))
-    mod = types.ModuleType("sglang.srt.server_args")
-
-    class ServerArgs:
-        @staticmethod
-        def add_cli_args(parser):
-            return parser
-
-        def from_cli_args(self, args):  # no longer a classmethod
-            return self
-
-    mod.ServerArgs = ServerArgs  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "sglang.srt.server_args", mod)
-    monkeypatch.setattr(patching, "sglang_version", lambda: "9.9.9")
-    with pytest.raises(patching.SeamError) as err:
-        cli.install(strict=True)
-    text = str(err.value)
-    assert "cli.from_cli_args" in text and "9.9.9" in text and "classmethod" in text and "--foundry-mode off" in text
+    PLUGIN.check_wrong_shape_cli_seam(monkeypatch, "sglang.srt.server_args", "ServerArgs", "sglang_version")
 
 
 # ---- modes -------------------------------------------------------------------------------------
@@ -895,17 +789,9 @@ def test_modes_read_the_raw_flags_of_an_unresolved_config():
 # ---- adapter -----------------------------------------------------------------------------------
 
 
-class NoRegion:
-    def set_region(self, base, size): raise AssertionError("no GPU here")
-    def seal(self, offset): raise AssertionError("no GPU here")
-    def stop(self): pass
-    def region_info(self): raise AssertionError("no GPU here")
-
-
 def fingerprint(server_args, model_config=None, environ=None) -> dict:
     adapter = adapter_mod.SglangAdapter(server_args, model_config, engine_version="0.5.17", environ=environ or {})
-    session = EngineSession("/nonexistent/archive", "save", 0, get_plugin_manager(adapter), runtime=NoRegion())
-    return session.fingerprint
+    return session_fingerprint(adapter)
 
 
 def test_adapter_fingerprint_fields(fake_sglang):
@@ -965,27 +851,12 @@ def test_adapter_plain_values_are_stable():
 
 
 def test_seam_list_is_the_single_source():
-    names = [s.name for s in seams.SEAMS]
-    assert len(names) == len(set(names))
-    used = [*worker_patches.WRAPPERS, *capture_patches.WRAPPERS, "cli.add_cli_args", "cli.from_cli_args"]
-    assert set(used) <= set(names)
+    PLUGIN.check_seam_list("sglang", "sglang/srt/distributed/bootstrap.py")
     assert all(seams.seam(n).required for n in [*worker_patches.WRAPPERS, *capture_patches.WRAPPERS])
-    for s in seams.SEAMS:
-        assert s.purpose and s.module.startswith("sglang")
-    assert "sglang/srt/distributed/bootstrap.py" in seams.source_files()
-    with pytest.raises(KeyError, match="known"):
-        seams.seam("worker.nope")
 
 
 def test_patching_is_idempotent_and_reversible(fake_sglang):
-    server_args = fake_sglang["sglang.srt.server_args"].ServerArgs
-    before = server_args.__dict__["from_cli_args"]
-    assert patching.install("cli.from_cli_args", cli.wrap_from_cli_args)
-    assert not patching.install("cli.from_cli_args", cli.wrap_from_cli_args)
-    wrapped = server_args.__dict__["from_cli_args"]
-    assert isinstance(wrapped, classmethod) and getattr(wrapped.__func__, patching.MARKER) == "cli.from_cli_args"
-    patching.uninstall_all()
-    assert server_args.__dict__["from_cli_args"] is before
+    PLUGIN.check_patching_is_idempotent_and_reversible(fake_sglang["sglang.srt.server_args"].ServerArgs)
 
 
 def test_patching_names_a_missing_seam(fake_sglang):
@@ -1070,41 +941,6 @@ def test_options_are_validated(monkeypatch):
 # ---- runtime pauses ----------------------------------------------------------------------------
 
 
-class FakeDevice(runtime.DeviceOps):
-    def __init__(self, log=None, free=1 << 40):
-        self.log = log if log is not None else []
-        self.free = free
-
-    def empty_cache(self):
-        self.log.append("empty_cache")
-
-    def free_memory(self):
-        return self.free
-
-    def stop_region(self):
-        self.log.append("stop_region")
-
-    def resume_region(self):
-        self.log.append("resume_region")
-
-    def private_pool(self):
-        self.log.append("new_pool")
-        return "pool"
-
-    def use_pool(self, pool):
-        log = self.log
-
-        @contextlib.contextmanager
-        def ctx():
-            log.append(f"use:{pool}")
-            try:
-                yield
-            finally:
-                log.append("unuse")
-
-        return ctx()
-
-
 class ModeOnlySession:
     def __init__(self, mode):
         self.mode = mode
@@ -1116,23 +952,9 @@ class ModeOnlySession:
 def test_pause_order_nesting_and_closed_region(fake_sglang):
     dev = FakeDevice()
     rt = runtime.SchedulerRuntime(ModeOnlySession(Mode.SAVE), adapter_mod.SglangAdapter(None), dev)
-    with rt.paused():
-        dev.log.append("work")
-        with rt.paused():
-            dev.log.append("inner")
-    assert dev.log == ["empty_cache", "stop_region", "new_pool", "use:pool", "work", "inner", "unuse",
-                       "empty_cache", "resume_region"]
-    dev.log.clear()
-    rt.skipped("something")
-    assert dev.log == ["empty_cache", "stop_region", "use:pool", "unuse", "empty_cache", "resume_region"]
-    with pytest.raises(ValueError), rt.paused():
-        raise ValueError("boom")
-    assert dev.log[-1] == "resume_region"
-    rt.finish()
-    dev.log.clear()
-    with rt.paused():
-        dev.log.append("after")
-    assert dev.log == ["after"]
+    check_pause_nesting(rt, dev)
+    check_pause_resumes_after_failure(rt, dev)
+    check_no_pause_after_finish(rt, dev)
 
 
 # ---- SAVE and LOAD flows over the fake SGLang ------------------------------------------------------

@@ -9,15 +9,18 @@ import contextlib
 import dataclasses
 import enum
 import importlib
-import logging
 import os
 import sys
-import textwrap
 import types
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+
+from plugin_support import (  # noqa: E402
+    FakeDevice, Plugin, check_no_pause_after_finish, check_pause_nesting, check_pause_resumes_after_failure,
+    exec_fake_modules, fake_child_env, install_fake_packages, install_fake_torch, session_fingerprint)
 
 PLUGIN_DIR = Path(__file__).resolve().parents[2] / "plugins" / "vllm_foundry"
 try:
@@ -25,7 +28,7 @@ try:
 except ImportError:  # not installed: test the source tree
     sys.path.insert(0, str(PLUGIN_DIR))
 
-from foundry_core.engine import EngineSession, Mode, get_plugin_manager  # noqa: E402
+from foundry_core.engine import Mode  # noqa: E402
 from foundry_core.errors import InvalidArgumentError, StateError  # noqa: E402
 
 from vllm_foundry import adapter as adapter_mod  # noqa: E402
@@ -33,6 +36,7 @@ from vllm_foundry import capture_patches, cli, modes, patching, runtime, seams, 
 
 register_mod = importlib.import_module("vllm_foundry.register")  # the package attribute is the function
 _real_hosts_engine = register_mod.hosts_engine
+PLUGIN = Plugin(register_mod, runtime, patching, worker_patches, capture_patches, cli, seams)
 
 FOUNDRY_ENV = ("FOUNDRY_ARCHIVE", "FOUNDRY_MODE", "FOUNDRY_STRICT", "FOUNDRY_FALLBACK", "FOUNDRY_VLLM_JIT_WARMUP",
                "FOUNDRY_VLLM_CHECK_METADATA", "FOUNDRY_VLLM_INSTANTIATE", "LD_PRELOAD", "VLLM_WORKER_MULTIPROC_METHOD",
@@ -41,20 +45,7 @@ FOUNDRY_ENV = ("FOUNDRY_ARCHIVE", "FOUNDRY_MODE", "FOUNDRY_STRICT", "FOUNDRY_FAL
 
 @pytest.fixture(autouse=True)
 def clean_state(monkeypatch):
-    for key in FOUNDRY_ENV:
-        # setenv first: monkeypatch then restores the original value at teardown, also when the
-        # plugin wrote the variable itself (register exports the settings and LD_PRELOAD).
-        monkeypatch.setenv(key, "")
-        monkeypatch.delenv(key)
-    register_mod._reset_for_tests()
-    runtime.reset()
-    foundry_logger = logging.getLogger("foundry")
-    saved = (list(foundry_logger.handlers), foundry_logger.propagate, foundry_logger.level)
-    yield
-    patching.uninstall_all()
-    register_mod._reset_for_tests()
-    runtime.reset()
-    foundry_logger.handlers[:], foundry_logger.propagate, foundry_logger.level = saved
+    yield from PLUGIN.isolation(monkeypatch, FOUNDRY_ENV)
 
 
 # ---- a fake vLLM with the real module names -----------------------------------------------------
@@ -267,39 +258,18 @@ class KeepGraph(FakeCUDAGraph):
         super().__init__(keep_graph)
 
 
-def _package(name: str) -> types.ModuleType:
-    mod = types.ModuleType(name)
-    mod.__path__ = []  # type: ignore[attr-defined]
-    return mod
-
-
 @pytest.fixture
 def fake_torch(monkeypatch):
-    torch = _package("torch")
-    torch.cuda = types.ModuleType("torch.cuda")  # type: ignore[attr-defined]
-    torch.cuda.CUDAGraph = FakeCUDAGraph  # type: ignore[attr-defined]
-    torch.cuda.graph = FakeGraphContext  # type: ignore[attr-defined]
+    torch = install_fake_torch(monkeypatch, FakeCUDAGraph, FakeGraphContext, KeepGraph)
     torch.inference_mode = contextlib.nullcontext  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "torch", torch)
-    monkeypatch.setitem(sys.modules, "torch.cuda", torch.cuda)
-    keep = types.ModuleType("foundry_core.cuda_graph")
-    keep.CUDAGraph = KeepGraph  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "foundry_core.cuda_graph", keep)
     return torch
 
 
 @pytest.fixture
 def fake_vllm(monkeypatch, fake_torch):
     """Installs the fake vLLM modules; returns {module name: module}."""
-    for pkg in ("vllm", "vllm.engine", "vllm.v1", "vllm.v1.worker", "vllm.v1.worker.gpu"):
-        monkeypatch.setitem(sys.modules, pkg, _package(pkg))
-    mods = {}
-    for name in ("vllm.engine.arg_utils", "vllm.v1.worker.gpu.cudagraph_utils", "vllm.v1.worker.gpu.model_runner",
-                 "vllm.v1.worker.gpu_worker"):
-        mod = types.ModuleType(name)
-        monkeypatch.setitem(sys.modules, name, mod)
-        exec(compile(textwrap.dedent(FAKE_SOURCES[name]), f"<fake {name}>", "exec"), mod.__dict__)
-        mods[name] = mod
+    install_fake_packages(monkeypatch, FAKE_SOURCES)
+    mods = exec_fake_modules(monkeypatch, FAKE_SOURCES)
     monkeypatch.setattr(patching, "vllm_version", lambda: "0.0.fake")
     return mods
 
@@ -309,37 +279,19 @@ def fake_vllm(monkeypatch, fake_torch):
 
 @pytest.fixture
 def recorded_activation(monkeypatch):
-    monkeypatch.setattr(register_mod, "hosts_engine", lambda: True)
-    calls = {"worker": 0, "capture": 0}
-    monkeypatch.setattr(worker_patches, "install", lambda: calls.__setitem__("worker", calls["worker"] + 1))
-    monkeypatch.setattr(capture_patches, "install", lambda: calls.__setitem__("capture", calls["capture"] + 1))
-    return calls
-
-
-def _fake_child_env(archive=None, mode=None, env=None):
-    out = dict(os.environ)
-    out["LD_PRELOAD"] = "/opt/foundry/libfoundry.so"
-    out["NCCL_CUMEM_ENABLE"] = "0"
-    if archive is not None:
-        out["FOUNDRY_ARCHIVE"] = os.fspath(archive)
-    if mode is not None:
-        out["FOUNDRY_MODE"] = Mode(mode).value if not isinstance(mode, Mode) else mode.value
-    return out
+    return PLUGIN.record_activation(monkeypatch, "hosts_engine")
 
 
 def test_register_off_only_adds_the_flags(fake_vllm, recorded_activation):
     import vllm_foundry
 
-    vllm_foundry.register()
-    vllm_foundry.register()
-    assert recorded_activation == {"worker": 0, "capture": 0}
-    assert "LD_PRELOAD" not in os.environ and "VLLM_WORKER_MULTIPROC_METHOD" not in os.environ
-    parser = fake_vllm["vllm.engine.arg_utils"].EngineArgs.add_cli_args(argparse.ArgumentParser())
-    assert parser.parse_args(["--foundry-archive", "/a"]).foundry_archive == "/a"
+    PLUGIN.check_register_off_only_adds_flags(vllm_foundry.register, recorded_activation,
+                                              fake_vllm["vllm.engine.arg_utils"].EngineArgs,
+                                              "VLLM_WORKER_MULTIPROC_METHOD")
 
 
 def test_register_from_environment_prepares_children_once(fake_vllm, recorded_activation, monkeypatch, tmp_path):
-    monkeypatch.setattr(register_mod, "prepare_child_environment", _fake_child_env)
+    monkeypatch.setattr(register_mod, "prepare_child_environment", fake_child_env)
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
     monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")
     register_mod.register()
@@ -355,7 +307,7 @@ def test_register_from_environment_prepares_children_once(fake_vllm, recorded_ac
 def test_a_preloaded_first_process_keeps_fork(fake_vllm, recorded_activation, monkeypatch, tmp_path):
     # Under `foundry run -- vllm ...` the first process has the preload, so forked children have it
     # too: no spawn (which would import vLLM a second time in the engine process).
-    monkeypatch.setattr(register_mod, "prepare_child_environment", _fake_child_env)
+    monkeypatch.setattr(register_mod, "prepare_child_environment", fake_child_env)
     monkeypatch.setattr(register_mod, "preload_active", lambda: True)
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
     monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")
@@ -375,7 +327,7 @@ def test_a_preloaded_first_process_keeps_fork(fake_vllm, recorded_activation, mo
 def test_first_process_sets_the_environment_but_installs_no_worker_seams(fake_vllm, recorded_activation,
                                                                           monkeypatch, tmp_path):
     monkeypatch.setattr(register_mod, "hosts_engine", _real_hosts_engine)
-    monkeypatch.setattr(register_mod, "prepare_child_environment", _fake_child_env)
+    monkeypatch.setattr(register_mod, "prepare_child_environment", fake_child_env)
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
     register_mod.register()
     assert recorded_activation == {"worker": 0, "capture": 0} and os.environ["LD_PRELOAD"]
@@ -386,31 +338,11 @@ def test_first_process_sets_the_environment_but_installs_no_worker_seams(fake_vl
 
 
 def test_register_keeps_a_users_strict_setting_and_mode_off(fake_vllm, recorded_activation, monkeypatch, tmp_path):
-    monkeypatch.setattr(register_mod, "prepare_child_environment", _fake_child_env)
-    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
-    monkeypatch.setenv("FOUNDRY_MODE", "off")
-    register_mod.register()
-    assert recorded_activation == {"worker": 0, "capture": 0} and "LD_PRELOAD" not in os.environ
-    register_mod._reset_for_tests()
-    monkeypatch.setenv("FOUNDRY_MODE", "save")
-    monkeypatch.setenv("FOUNDRY_STRICT", "0")
-    register_mod.register()
-    assert os.environ["FOUNDRY_STRICT"] == "0" and os.environ["FOUNDRY_MODE"] == "save"
+    PLUGIN.check_strict_setting_and_mode_off(recorded_activation, monkeypatch, tmp_path)
 
 
 def test_register_with_the_real_child_environment(fake_vllm, recorded_activation, monkeypatch, tmp_path):
-    from foundry_core.preload import preload_environment
-
-    try:
-        preload_environment({})
-    except FileNotFoundError as exc:
-        pytest.skip(f"libfoundry.so is not built here: {exc}")
-    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
-    monkeypatch.setenv("FOUNDRY_MODE", "load")
-    register_mod.register()
-    assert "libfoundry.so" in os.environ["LD_PRELOAD"].split(":")[0]
-    assert os.environ["NCCL_CUMEM_ENABLE"] == "0" and os.environ["NCCL_NVLS_ENABLE"] == "0"
-    assert os.environ["FOUNDRY_MODE"] == "load"
+    PLUGIN.check_real_child_environment(monkeypatch, tmp_path)
 
 
 def test_register_without_libfoundry_names_the_way_out(fake_vllm, recorded_activation, monkeypatch, tmp_path):
@@ -430,8 +362,7 @@ def test_register_rejects_a_bad_mode(fake_vllm, recorded_activation, monkeypatch
 
 
 def test_register_survives_moved_cli_seams(monkeypatch, recorded_activation, caplog):
-    monkeypatch.setitem(sys.modules, "vllm", _package("vllm"))
-    monkeypatch.setitem(sys.modules, "vllm.engine", _package("vllm.engine"))
+    install_fake_packages(monkeypatch, ["vllm.engine.arg_utils"])
     empty = types.ModuleType("vllm.engine.arg_utils")
     monkeypatch.setitem(sys.modules, "vllm.engine.arg_utils", empty)
     register_mod.register()
@@ -443,9 +374,7 @@ def test_register_survives_moved_cli_seams(monkeypatch, recorded_activation, cap
 
 @pytest.fixture
 def activations(monkeypatch):
-    seen = []
-    monkeypatch.setattr(register_mod, "activate", lambda settings: seen.append(settings))
-    return seen
+    return PLUGIN.record_activations(monkeypatch)
 
 
 def test_cli_flags_reach_the_environment(fake_vllm, activations, tmp_path):
@@ -494,37 +423,11 @@ def test_cli_load_without_archive_is_an_error(fake_vllm, activations):
 
 
 def test_cli_rejects_unknown_modes_and_adds_flags_once(fake_vllm, capsys):
-    cli.install(strict=True)
-    cli.install(strict=True)
-    arg_utils = fake_vllm["vllm.engine.arg_utils"]
-    parser = argparse.ArgumentParser()
-    arg_utils.EngineArgs.add_cli_args(parser)
-    cli.add_foundry_args(parser)  # the same parser twice: no argparse conflict
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--foundry-mode", "restore"])
-    assert "auto" in capsys.readouterr().err
+    PLUGIN.check_cli_flags_added_once(fake_vllm["vllm.engine.arg_utils"].EngineArgs, capsys)
 
 
 def test_cli_seam_with_the_wrong_shape_is_refused(monkeypatch):
-    monkeypatch.setitem(sys.modules, "vllm", _package("vllm"))
-    monkeypatch.setitem(sys.modules, "vllm.engine", _package("vllm.engine"))
-    mod = types.ModuleType("vllm.engine.arg_utils")
-
-    class EngineArgs:
-        @staticmethod
-        def add_cli_args(parser):
-            return parser
-
-        def from_cli_args(self, args):  # no longer a classmethod
-            return self
-
-    mod.EngineArgs = EngineArgs  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "vllm.engine.arg_utils", mod)
-    monkeypatch.setattr(patching, "vllm_version", lambda: "9.9.9")
-    with pytest.raises(patching.SeamError) as err:
-        cli.install(strict=True)
-    text = str(err.value)
-    assert "cli.from_cli_args" in text and "9.9.9" in text and "classmethod" in text and "--foundry-mode off" in text
+    PLUGIN.check_wrong_shape_cli_seam(monkeypatch, "vllm.engine.arg_utils", "EngineArgs", "vllm_version")
 
 
 # ---- adapter -----------------------------------------------------------------------------------
@@ -566,17 +469,9 @@ def fake_config(**overrides: Any) -> types.SimpleNamespace:
     return cfg
 
 
-class NoRegion:
-    def set_region(self, base, size): raise AssertionError("no GPU here")
-    def seal(self, offset): raise AssertionError("no GPU here")
-    def stop(self): pass
-    def region_info(self): raise AssertionError("no GPU here")
-
-
 def fingerprint(cfg, environ=None, tmp=None) -> dict:
     adapter = adapter_mod.VllmAdapter(cfg, engine_version="0.25.0", environ=environ or {})
-    session = EngineSession(tmp or "/nonexistent/archive", "save", 0, get_plugin_manager(adapter), runtime=NoRegion())
-    return session.fingerprint
+    return session_fingerprint(adapter, tmp or "/nonexistent/archive")
 
 
 def test_adapter_fingerprint_fields():
@@ -675,26 +570,11 @@ def test_modes_enforce_eager_and_resolved_mode():
 
 
 def test_seam_list_is_the_single_source():
-    names = [s.name for s in seams.SEAMS]
-    assert len(names) == len(set(names))
-    used = [*worker_patches.WRAPPERS, *capture_patches.WRAPPERS, "cli.add_cli_args", "cli.from_cli_args"]
-    assert set(used) <= set(names)
-    for s in seams.SEAMS:
-        assert s.purpose and s.module.startswith("vllm")
-    assert "vllm/v1/worker/gpu_worker.py" in seams.source_files()
-    with pytest.raises(KeyError, match="known"):
-        seams.seam("worker.nope")
+    PLUGIN.check_seam_list("vllm", "vllm/v1/worker/gpu_worker.py")
 
 
 def test_patching_is_idempotent_and_reversible(fake_vllm):
-    arg_utils = fake_vllm["vllm.engine.arg_utils"]
-    before = arg_utils.EngineArgs.__dict__["from_cli_args"]
-    assert patching.install("cli.from_cli_args", cli.wrap_from_cli_args)
-    assert not patching.install("cli.from_cli_args", cli.wrap_from_cli_args)
-    wrapped = arg_utils.EngineArgs.__dict__["from_cli_args"]
-    assert isinstance(wrapped, classmethod) and getattr(wrapped.__func__, patching.MARKER) == "cli.from_cli_args"
-    patching.uninstall_all()
-    assert arg_utils.EngineArgs.__dict__["from_cli_args"] is before
+    PLUGIN.check_patching_is_idempotent_and_reversible(fake_vllm["vllm.engine.arg_utils"].EngineArgs)
 
 
 def test_patching_names_a_missing_seam(fake_vllm):
@@ -714,40 +594,6 @@ def test_patching_refuses_changed_parameters(fake_vllm):
 
 
 # ---- runtime pauses ----------------------------------------------------------------------------
-
-
-class FakeDevice(runtime.DeviceOps):
-    def __init__(self, log=None, free=1 << 40):
-        self.log = log if log is not None else []
-        self.free = free
-
-    def empty_cache(self):
-        self.log.append("empty_cache")
-
-    def free_memory(self):
-        return self.free
-
-    def stop_region(self):
-        self.log.append("stop_region")
-
-    def resume_region(self):
-        self.log.append("resume_region")
-
-    def private_pool(self):
-        self.log.append("new_pool")
-        return "pool"
-
-    def use_pool(self, pool):
-        log = self.log
-
-        class Ctx:
-            def __enter__(self):
-                log.append(f"use:{pool}")
-
-            def __exit__(self, *exc):
-                log.append("unuse")
-
-        return Ctx()
 
 
 class FakeSession:
@@ -788,28 +634,14 @@ class FakeSession:
 def test_pause_order_nesting_and_closed_region():
     dev = FakeDevice()
     rt = runtime.WorkerRuntime(FakeSession(Mode.SAVE), adapter_mod.VllmAdapter(fake_config()), dev)
-    with rt.paused():
-        dev.log.append("work")
-        with rt.paused():
-            dev.log.append("inner")
-    assert dev.log == ["empty_cache", "stop_region", "new_pool", "use:pool", "work", "inner", "unuse",
-                       "empty_cache", "resume_region"]
-    dev.log.clear()
-    rt.skipped("something")
-    assert dev.log == ["empty_cache", "stop_region", "use:pool", "unuse", "empty_cache", "resume_region"]
-    rt.finish()
-    dev.log.clear()
-    with rt.paused():
-        dev.log.append("after")
-    assert dev.log == ["after"]
+    check_pause_nesting(rt, dev)
+    check_no_pause_after_finish(rt, dev)
 
 
 def test_pause_resumes_the_region_when_the_work_fails():
     dev = FakeDevice()
     rt = runtime.WorkerRuntime(FakeSession(Mode.SAVE), adapter_mod.VllmAdapter(fake_config()), dev)
-    with pytest.raises(ValueError), rt.paused():
-        raise ValueError("boom")
-    assert dev.log[-1] == "resume_region"
+    check_pause_resumes_after_failure(rt, dev)
 
 
 def test_instantiate_mode_setting(monkeypatch):

@@ -1,0 +1,91 @@
+# shellcheck shell=bash
+# Shared by recipe/*/save_then_load.sh (sourced, never run): the steps every engine's recipe takes
+# the same way, so a fix to one (the /health wait, the token comparison, the log checks) reaches
+# all. Each function names what it reads; PYTHON and OUT come from the sourcing script.
+
+RECIPE_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+# ensure_tiny_model MODEL_DIR: writes a tiny model (dummy weights) there unless it has a config.json,
+# with TINY_MODEL or the enginepack's tiny_model.py (beside the checkout or one level up).
+ensure_tiny_model() {
+  local model="$1" gen="${TINY_MODEL:-}" cand
+  [ -f "$model/config.json" ] && return 0
+  for cand in "$RECIPE_LIB_DIR/../shared/tools/enginepack/tiny_model.py" \
+              "$RECIPE_LIB_DIR/../../shared/tools/enginepack/tiny_model.py"; do
+    [ -n "$gen" ] || { [ -f "$cand" ] && gen="$cand"; }
+  done
+  [ -n "$gen" ] || { echo "tiny_model.py not found; set TINY_MODEL" >&2; exit 1; }
+  "$PYTHON" "$gen" "$model"
+}
+
+# wait_for_health PORT LIMIT_S PID T0 EXITED_MESSAGE TIMEOUT_MESSAGE: polls
+# http://127.0.0.1:PORT/health until it answers 200 and prints the seconds since T0 (date +%s.%N).
+# Fails with EXITED_MESSAGE when PID is gone first, with TIMEOUT_MESSAGE (where "{limit:.0f}"
+# stands for LIMIT_S) after LIMIT_S seconds: a server that died is not waited for.
+wait_for_health() {
+  "$PYTHON" - "$@" <<'EOF'
+import os, sys, time, urllib.request
+port, limit, pid, t0 = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+exited, timed_out = sys.argv[5], sys.argv[6]
+while True:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            if r.status == 200:
+                break
+    except Exception:
+        pass
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        sys.exit(exited)
+    if time.time() - t0 > limit:
+        sys.exit(timed_out.format(limit=limit))
+    time.sleep(0.2)
+print(time.time() - t0)
+EOF
+}
+
+# run_when_healthy PORT LIMIT_S PID T0 EXITED_MESSAGE TIMEOUT_MESSAGE ARG...: waits as
+# wait_for_health does, then runs the Python program on stdin with ARG... and the seconds to ready
+# as its last argument (the engine's requests go there); returns the first failure's status.
+run_when_healthy() {
+  local ready
+  ready=$(wait_for_health "$1" "$2" "$3" "$4" "$5" "$6") || return
+  shift 6
+  "$PYTHON" - "$@" "$ready"
+}
+
+# expect_log LOG PATTERN MESSAGE: exits with MESSAGE unless LOG has a line matching PATTERN (-E).
+expect_log() {
+  grep -qE "$2" "$1" || { echo "$3" >&2; exit 1; }
+}
+
+# expect_saved PATTERN / expect_restored PATTERN: the SAVE start wrote an archive and the LOAD
+# start restored from it, as OUT/save.log and OUT/load.log say. A start that fell back would still
+# produce identical tokens, so these lines are the proof that each did what it was asked.
+expect_saved() {
+  expect_log "$OUT/save.log" "$1" "the SAVE start wrote no archive (see $OUT/save.log)"
+}
+
+expect_restored() {
+  expect_log "$OUT/load.log" "$1" "the LOAD start restored no graphs (see $OUT/load.log)"
+}
+
+# compare_tokens DIFFER_MESSAGE SAME_MESSAGE NAME...: the starts' ready times, then a failure with
+# DIFFER_MESSAGE unless every OUT/NAME.json holds the tokens of the first; else SAME_MESSAGE.
+# In the messages, {ref} is the first name, {bad} the differing ones, {count} the number of token
+# lists and {names} all names.
+compare_tokens() {
+  "$PYTHON" - "$OUT" "$@" <<'EOF'
+import json, sys
+out, differ, same, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+runs = {n: json.load(open(f"{out}/{n}.json")) for n in names}
+for n, r in runs.items():
+    print(f"{n:9s} ready {r['ready_s']:6.1f} s")
+ref = runs[names[0]]["tokens"]
+bad = [n for n in names[1:] if runs[n]["tokens"] != ref]
+if bad:
+    sys.exit(differ.format(ref=names[0], bad=", ".join(bad)))
+print(same.format(count=len(ref), names=", ".join(names)))
+EOF
+}
