@@ -18,6 +18,10 @@
 #      JIT-compiles kernels).
 # Output: OUT_DIR (default /tmp/foundry-sglang-recipe) holds one log and one JSON per start.
 set -euo pipefail
+case "${1:-}" in
+  -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+  -*) echo "usage: $0 [MODEL_DIR] [ARCHIVE_DIR] (unknown option '$1')" >&2; exit 2 ;;
+esac
 MODEL="${1:-/tmp/tiny-qwen3}"
 ARCHIVE="${2:-/tmp/foundry-sglang-archive}"
 SIZES="${SIZES:-1 2 4 8 16 32}"

@@ -15,6 +15,11 @@
 # Output: OUT_DIR (default /tmp/foundry-vllm-recipe) holds one log and one JSON per start.
 set -euo pipefail
 WHAT="${1:-llm}"
+case "$WHAT" in
+  -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+  llm|serve) ;;
+  *) echo "usage: $0 [llm|serve] [MODEL_DIR] [ARCHIVE_DIR] (got '$WHAT')" >&2; exit 2 ;;
+esac
 MODEL="${2:-/tmp/tiny-qwen3}"
 ARCHIVE="${3:-/tmp/foundry-vllm-archive}"
 SIZES="${SIZES:-1 2 4 8 16 32 64 128}"
