@@ -85,6 +85,7 @@ def maybe_reexec(execve: Callable[[str, list[str], dict[str, str]], object] = os
             return False
         command = replay_command()
         if command is None:
+            _say("this command cannot be replayed (interactive, or a script read from stdin)")
             return False
         from foundry_core.preload import preload_environment  # only now: it imports the package
 
@@ -94,5 +95,13 @@ def maybe_reexec(execve: Callable[[str, list[str], dict[str, str]], object] = os
         sys.stderr.flush()
         execve(command[0], command, env)
         return True  # only reached with a test's execve
-    except Exception:  # noqa: BLE001 - never break interpreter start-up; the plugin falls back to spawn
+    except Exception as exc:  # noqa: BLE001 - never break interpreter start-up; the plugin falls back to spawn
+        _say(f"{type(exc).__name__}: {exc}")
         return False
+
+
+def _say(reason: str) -> None:
+    """One line on stderr when a restart was wanted but did not happen (logging is not configured
+    this early): the engine plugin then spawns its GPU processes, which is slower."""
+    sys.stderr.write(f"foundry: not restarting under the libfoundry.so preload ({reason}); the engine plugin "
+                     f"will start its GPU processes with spawn. {DISABLE_ENV}=0 silences this.\n")

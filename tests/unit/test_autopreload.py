@@ -72,7 +72,7 @@ def test_maybe_reexec_replays_the_command_under_the_preload(monkeypatch):
     assert env["FOUNDRY_AUTOPRELOAD_RESTARTED"] == "1"
 
 
-def test_maybe_reexec_leaves_unreplayable_and_failing_starts_alone(monkeypatch):
+def test_maybe_reexec_leaves_unreplayable_and_failing_starts_alone(monkeypatch, capsys):
     calls = []
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     monkeypatch.delenv("FOUNDRY_AUTOPRELOAD", raising=False)
@@ -88,6 +88,8 @@ def test_maybe_reexec_leaves_unreplayable_and_failing_starts_alone(monkeypatch):
     monkeypatch.setattr("foundry_core.preload.preload_path", missing_library)
     assert not ap.maybe_reexec(lambda *a: calls.append(a))  # start-up goes on without the preload
     assert calls == []
+    err = capsys.readouterr().err
+    assert "cannot be replayed" in err and "FileNotFoundError: libfoundry.so not found" in err
 
 
 PROBE = """

@@ -63,11 +63,6 @@ def clean_env(monkeypatch):
 # ---- fakes ---------------------------------------------------------------------------------------
 
 
-def RecordingDevice(log: list[str]) -> FakeDevice:  # noqa: N802 - reads like the class it stands for
-    """Device operations that record their calls in ``log``."""
-    return FakeDevice(log, free=1 << 30)
-
-
 class FakeSession:
     def __init__(self, mode: Mode, log: list[str], *, off_at_boundary: bool = False, archive: Any = None,
                  state: Any = None) -> None:
@@ -116,7 +111,7 @@ class Runtime(worker.WorkerRuntime):
 
 def make_runtime(mode: Mode = Mode.SAVE, **session: Any) -> tuple[Runtime, list[str]]:
     log: list[str] = []
-    return Runtime(FakeSession(mode, log, **session), adapter=None, device=RecordingDevice(log)), log
+    return Runtime(FakeSession(mode, log, **session), adapter=None, device=FakeDevice(log, free=1 << 30)), log
 
 
 class FakeTensor:
@@ -182,7 +177,7 @@ def test_skipped_makes_the_same_flushes_and_logs_at_the_skip_level(caplog):
     class Quiet(Runtime):
         skip_level = logging.DEBUG
 
-    quiet = Quiet(FakeSession(Mode.LOAD, []), adapter=None, device=RecordingDevice([]))
+    quiet = Quiet(FakeSession(Mode.LOAD, []), adapter=None, device=FakeDevice([], free=1 << 30))
     with caplog.at_level(logging.INFO, logger="foundry"):
         quiet.skipped("not shown at INFO")
     assert log == ["empty_cache", "stop_region", "new_pool", "use:pool", "unuse", "empty_cache", "resume_region"]
@@ -241,7 +236,7 @@ def test_boundary_ends_the_region_only_where_the_plugin_says_so():
 
     log2: list[str] = []
     rt2 = EndsAtBoundary(FakeSession(Mode.SAVE, log2, off_at_boundary=True), adapter=None,
-                         device=RecordingDevice(log2))
+                         device=FakeDevice(log2, free=1 << 30))
     rt2.boundary()
     rt2.finish()
     assert log2 == ["boundary"]
@@ -251,7 +246,7 @@ def test_fall_back_to_off_closes_the_region_and_the_restored_archive():
     log: list[str] = []
     archive = FakeArchive(log)
     rt = Runtime(FakeSession(Mode.LOAD, log, archive=archive, state=types.SimpleNamespace(adapter={"a": 1})),
-                 adapter=None, device=RecordingDevice(log))
+                 adapter=None, device=FakeDevice(log, free=1 << 30))
     assert rt.recorded_adapter_state() == {"a": 1}
     loaded = rt.load_archive("lazy", 3)
     assert loaded is not None and loaded[0] is archive and loaded[1] >= 0 and rt.archive is archive
@@ -297,7 +292,7 @@ def test_start_runtime_is_none_when_off_and_launches_otherwise(monkeypatch, tmp_
     slot: worker.RuntimeSlot[Runtime] = worker.RuntimeSlot()
     with caplog.at_level(logging.INFO, logger="foundry"):
         rt = slot.keep(worker.start_runtime(
-            2, Adapter, lambda session, adapter: Runtime(session, adapter, RecordingDevice(log)),
+            2, Adapter, lambda session, adapter: Runtime(session, adapter, FakeDevice(log, free=1 << 30)),
             session_factory=session_factory, region=lambda: "region"))
     assert isinstance(rt, Runtime) and isinstance(rt.adapter, Adapter) and slot.runtime is rt
     assert calls == [(tmp_path, Mode.SAVE, 2, ["runtime"])] and log == ["begin"]
