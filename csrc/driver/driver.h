@@ -38,7 +38,9 @@
   X(cuGraphAddKernelNode) X(cuGraphAddMemsetNode) X(cuGraphAddMemcpyNode) X(cuGraphAddEventRecordNode)    \
   X(cuGraphAddEventWaitNode) X(cuGraphAddEmptyNode) X(cuGraphAddChildGraphNode) X(cuGraphClone)           \
   X(cuGraphExecMemsetNodeSetParams) X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecEventRecordNodeSetEvent) \
-  X(cuGraphExecEventWaitNodeSetEvent) X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuGraphNodeFindInClone)
+  X(cuGraphExecEventWaitNodeSetEvent) X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuGraphNodeFindInClone)   \
+  X(cuStreamGetCaptureInfo) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphKernelNodeSetParams)  \
+  X(cuGraphKernelNodeCopyAttributes)
 
 namespace foundry {
 

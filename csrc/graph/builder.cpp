@@ -4,6 +4,7 @@
 #include <map>
 #include <tuple>
 
+#include "collective/live_collectives.h"
 #include "common/log.h"
 #include "driver/driver.h"
 #include "modules/registry.h"
@@ -85,7 +86,8 @@ static Status add_kernel(const KernelNode& k, CUgraph g, CUgraphNode* node) {
   return Status::Ok();
 }
 
-static Status build_into(const GraphModel& model, const std::vector<CUevent>& events, CUcontext ctx, BuiltGraph* out) {
+static Status build_into(const GraphModel& model, const std::vector<CUevent>& events, CUcontext ctx,
+                         LiveCollectives* live, BuiltGraph* out) {
   const Driver* d = driver_if_open();
   out->nodes.resize(model.nodes.size());
   for (size_t i = 0; i < model.nodes.size(); ++i) {
@@ -118,9 +120,13 @@ static Status build_into(const GraphModel& model, const std::vector<CUevent>& ev
       case NodeKind::kEmpty:
         FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphAddEmptyNode(node, out->graph, nullptr, 0), "cuGraphAddEmptyNode"));
         break;
+      case NodeKind::kCollective:
+        if (live == nullptr) return Error(FOUNDRY_ERR_STATE, "a collective node needs the live NCCL to build");
+        FOUNDRY_RETURN_IF_ERROR(live->add(n.collective, out->graph, node));
+        break;
       case NodeKind::kChildGraph: {
         if (n.child >= model.children.size()) return Error(FOUNDRY_ERR_FORMAT, "child graph index out of range");
-        auto child = build_graph(model.children[n.child], events, ctx);
+        auto child = build_graph(model.children[n.child], events, ctx, live);
         if (!child.ok()) return child.status();
         // The driver clones the child into the node, so ours is destroyed right after.
         CUresult r = d->cuGraphAddChildGraphNode(node, out->graph, nullptr, 0, child.value().graph);
@@ -151,11 +157,12 @@ static Status build_into(const GraphModel& model, const std::vector<CUevent>& ev
   return Status::Ok();
 }
 
-Result<BuiltGraph> build_graph(const GraphModel& model, const std::vector<CUevent>& events, CUcontext ctx) {
+Result<BuiltGraph> build_graph(const GraphModel& model, const std::vector<CUevent>& events, CUcontext ctx,
+                               LiveCollectives* live) {
   const Driver* d = driver_if_open();
   BuiltGraph out;
   FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphCreate(&out.graph, 0), "cuGraphCreate"));
-  Status s = build_into(model, events, ctx, &out);
+  Status s = build_into(model, events, ctx, live, &out);
   if (!s.ok()) {
     d->cuGraphDestroy(out.graph);
     return s;

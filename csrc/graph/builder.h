@@ -1,5 +1,6 @@
 // Builder: GraphModel -> CUgraph. Kernel entries are resolved through the registry (the images
-// must be loaded), events come from the caller's table, edges keep their CUgraphEdgeData.
+// must be loaded), events come from the caller's table, NCCL's kernels from the live NCCL, edges
+// keep their CUgraphEdgeData.
 #pragma once
 
 #include <cuda.h>
@@ -25,6 +26,10 @@ void memcpy_params(const MemcpyNode& m, CUDA_MEMCPY3D* out);
 // Sets the function attributes a kernel needs (dynamic shared memory, cluster permissions).
 Status apply_function_attrs(const KernelNode& k, int32_t max_dynamic_shared);
 
-Result<BuiltGraph> build_graph(const GraphModel& model, const std::vector<CUevent>& events, CUcontext ctx);
+class LiveCollectives;
+
+// `live` supplies NCCL's kernel nodes; it may be null for graphs without collective nodes.
+Result<BuiltGraph> build_graph(const GraphModel& model, const std::vector<CUevent>& events, CUcontext ctx,
+                               LiveCollectives* live = nullptr);
 
 }  // namespace foundry

@@ -96,7 +96,44 @@ Status GraphSet::prepare() {
   }
   for (size_t t = 0; t < payload_.templates.size(); ++t) templates_.push_back(std::make_unique<Template>());
   for (size_t i = 0; i < payload_.members.size(); ++i) members_.push_back(std::make_unique<Member>());
+  FOUNDRY_RETURN_IF_ERROR(prepare_collectives());
   times_.build_s = seconds_since(t0);
+  return Status::Ok();
+}
+
+Status GraphSet::prepare_collectives() {
+  std::vector<const CollectiveNode*> found;
+  std::function<void(const GraphModel&)> walk = [&](const GraphModel& g) {
+    for (const Node& n : g.nodes)
+      if (n.kind == NodeKind::kCollective) found.push_back(&n.collective);
+    for (const GraphModel& c : g.children) walk(c);
+  };
+  for (const GraphModel& t : payload_.templates) walk(t);
+  for (const PayloadMember& m : payload_.members)
+    for (const NodeDelta& d : m.delta)
+      if (d.value.kind == NodeKind::kCollective) found.push_back(&d.value.collective);
+  if (found.empty()) return Status::Ok();
+  // Every launch is made now, on this thread, in the archive's order: NCCL calls on one
+  // communicator must not race, and instantiation threads then only look the results up.
+  collectives_ = std::make_unique<LiveCollectives>();
+  for (const CollectiveNode* c : found) {
+    auto k = collectives_->kernel(*c);
+    if (!k.ok()) return k.status();
+  }
+  LOG_INFO("%zu NCCL launches made again by the live NCCL for %zu collective nodes", collectives_->launches(), found.size());
+  return Status::Ok();
+}
+
+Status GraphSet::apply_collectives(size_t i, const std::vector<CUgraphNode>& nodes) {
+  if (!collectives_) return Status::Ok();
+  const PayloadMember& m = payload_.members[i];
+  const GraphModel& t = payload_.templates[m.template_index];
+  std::map<uint32_t, const CollectiveNode*> mine;
+  for (uint32_t j = 0; j < t.nodes.size(); ++j)
+    if (t.nodes[j].kind == NodeKind::kCollective) mine[j] = &t.nodes[j].collective;
+  for (const NodeDelta& d : m.delta)
+    if (d.value.kind == NodeKind::kCollective) mine[d.node] = &d.value.collective;
+  for (const auto& [j, c] : mine) FOUNDRY_RETURN_IF_ERROR(collectives_->apply(*c, nodes.at(j)));
   return Status::Ok();
 }
 
@@ -104,7 +141,7 @@ Status GraphSet::ensure_built(uint32_t t) {
   Template& tmpl = *templates_[t];
   if (tmpl.built) return Status::Ok();
   auto t0 = std::chrono::steady_clock::now();
-  auto built = build_graph(payload_.templates[t], events_, ctx_);
+  auto built = build_graph(payload_.templates[t], events_, ctx_, collectives_.get());
   if (!built.ok()) return built.status();
   tmpl.graph = built.value().graph;
   tmpl.nodes = std::move(built.value().nodes);
@@ -128,6 +165,9 @@ CUgraph GraphSet::template_graph(size_t i) {
 Status GraphSet::instantiate_from(size_t i, CUgraph graph, const std::vector<CUgraphNode>& nodes) {
   const Driver* d = driver_if_open();
   const PayloadMember& m = payload_.members[i];
+  // NCCL's nodes are set on the graph before instantiation, so a member may use another NCCL
+  // kernel than its template's.
+  FOUNDRY_RETURN_IF_ERROR(apply_collectives(i, nodes));
   CUgraphExec exec = nullptr;
   FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphInstantiateWithFlags(&exec, graph, 0),
                                      ("cuGraphInstantiate of graph " + std::to_string(i) + " (" + m.name + ")").c_str()));

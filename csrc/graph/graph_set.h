@@ -5,7 +5,8 @@
 // Instantiation: eager (all now, on the calling thread), parallel (N threads, each on its own
 // clone of the templates), or lazy (on first launch, optionally ahead of it on a background
 // thread). Before anything runs, every region block the graphs reference is mapped at its
-// recorded address (or found already live with the same extent).
+// recorded address (or found already live with the same extent), and every NCCL launch the
+// graphs recorded is made once under capture by the live NCCL (see LiveCollectives).
 #pragma once
 
 #include <cuda.h>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "collective/live_collectives.h"
 #include "graph/payload.h"
 
 namespace foundry {
@@ -59,11 +61,15 @@ class GraphSet {
   };
 
   Status prepare();
+  Status prepare_collectives();
+  // Gives graph member i's NCCL kernel nodes their live parameters (before it is instantiated).
+  Status apply_collectives(size_t i, const std::vector<CUgraphNode>& nodes);
   Status instantiate_from(size_t i, CUgraph graph, const std::vector<CUgraphNode>& nodes);
   Status clone_template(uint32_t t, CUgraph* clone, std::vector<CUgraphNode>* nodes);
   Status ensure_built(uint32_t t);  // caller holds templates_[t]->mu
 
   Payload payload_;
+  std::unique_ptr<LiveCollectives> collectives_;  // only when some graph launches NCCL
   std::vector<CUevent> events_;
   std::vector<std::unique_ptr<Template>> templates_;
   std::vector<std::unique_ptr<Member>> members_;

@@ -11,6 +11,7 @@ const char* node_kind_name(NodeKind kind) {
     case NodeKind::kEventWait: return "event_wait";
     case NodeKind::kEmpty: return "empty";
     case NodeKind::kChildGraph: return "child_graph";
+    case NodeKind::kCollective: return "collective";
   }
   return "unknown";
 }

@@ -1,6 +1,6 @@
 // The graph model: a captured CUgraph as plain data, with no driver handles. Kernels are named by
 // (image hash, entry name), events by an index shared by the graphs of one archive, child graphs
-// by value. Reader (CUgraph -> model), builder (model -> CUgraph), serializer and topology
+// by value, NCCL's kernels by the calls that made them. Reader (CUgraph -> model), builder (model -> CUgraph), serializer and topology
 // grouping all work on these structs.
 #pragma once
 
@@ -18,6 +18,7 @@ enum class NodeKind : uint32_t {
   kEventWait = 4,
   kEmpty = 5,
   kChildGraph = 6,
+  kCollective = 7,
 };
 
 const char* node_kind_name(NodeKind kind);
@@ -72,6 +73,24 @@ struct MemcpyNode {
   uint64_t width = 0, height = 1, depth = 1;
 };
 
+// One call into NCCL's collective API as SAVE saw it during capture. LOAD makes the same call
+// again, under capture, on the communicator with the same ordinal, and takes the kernel node NCCL
+// builds: NCCL's device state (its communicator, channels and peer buffers) lives at addresses
+// only the live NCCL knows.
+struct CollectiveCall {
+  uint32_t op = 0;    // CollectiveOp (collective/nccl_api.h)
+  uint32_t comm = 0;  // communicator ordinal: its place in the process's order of creation
+  uint64_t send = 0, recv = 0, count = 0;
+  int32_t dtype = 0, redop = 0, root = 0;
+};
+
+// A kernel node NCCL added for a launch (one call, or the calls of one group).
+struct CollectiveNode {
+  std::string name;    // NCCL's kernel at SAVE; LOAD checks that NCCL picks the same one
+  uint32_t kernel = 0;  // which of the launch's kernel nodes this is
+  std::vector<CollectiveCall> calls;
+};
+
 struct GraphModel;
 
 struct Node {
@@ -81,6 +100,7 @@ struct Node {
   MemcpyNode memcpy;        // kMemcpy
   uint32_t event = 0;       // kEventRecord / kEventWait: index into the archive's events
   uint32_t child = 0;       // kChildGraph: index into GraphModel::children
+  CollectiveNode collective;  // kCollective
 };
 
 // An edge with its CUgraphEdgeData (type 0 = full dependency, 1 = programmatic).

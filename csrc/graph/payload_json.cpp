@@ -98,6 +98,26 @@ Value memcpy_value(const MemcpyNode& m) {
   return v;
 }
 
+// A collective call's fields by name, in one order shared by writer and reader.
+template <typename C, typename U, typename I>
+void for_each_call_field(C& c, U&& u, I&& i) {
+  u("op", c.op), u("comm", c.comm), u("send", c.send), u("recv", c.recv), u("count", c.count);
+  i("dtype", c.dtype), i("redop", c.redop), i("root", c.root);
+}
+
+Value collective_value(const CollectiveNode& c) {
+  Value calls = Value::array();
+  for (const CollectiveCall& call : c.calls) {
+    Value v = Value::object();
+    for_each_call_field(call, [&](const char* key, const auto& x) { v.set(key, Value::u64(x)); },
+                        [&](const char* key, const int32_t& x) { v.set(key, Value::i64(x)); });
+    calls.push(std::move(v));
+  }
+  Value v = Value::object();
+  v.set("name", Value::string(c.name)).set("kernel", Value::u64(c.kernel)).set("calls", std::move(calls));
+  return v;
+}
+
 Value node_value(const Node& n) {
   Value v = Value::object();
   v.set("kind", Value::string(node_kind_name(n.kind)));
@@ -109,6 +129,7 @@ Value node_value(const Node& n) {
     case NodeKind::kEventWait: v.set("event", Value::u64(n.event)); break;
     case NodeKind::kEmpty: break;
     case NodeKind::kChildGraph: v.set("child", Value::u64(n.child)); break;
+    case NodeKind::kCollective: v.set("collective", collective_value(n.collective)); break;
   }
   return v;
 }
@@ -359,8 +380,24 @@ bool read_memcpy(Ctx& c, const Value* v, const std::string& path, MemcpyNode* m)
   return o.finish();
 }
 
+bool read_collective(Ctx& c, const Value* v, const std::string& path, CollectiveNode* out) {
+  Obj o(c, v, path);
+  o.str("name", kMaxKernelNameBytes, &out->name);
+  o.u("kernel", &out->kernel);
+  const std::vector<Value>* calls = o.array("calls");
+  for (size_t i = 0; calls != nullptr && i < calls->size() && c.ok(); ++i) {
+    Obj call(c, &(*calls)[i], index_path(o.at("calls"), i));
+    CollectiveCall x;
+    for_each_call_field(x, [&](const char* key, auto& f) { call.u(key, &f); },
+                        [&](const char* key, int32_t& f) { call.i32(key, &f); });
+    if (call.finish()) out->calls.push_back(x);
+  }
+  if (c.ok() && out->calls.empty()) return c.fail(o.at("calls"), "a collective node needs at least one call");
+  return o.finish();
+}
+
 bool kind_from_name(const std::string& name, NodeKind* out) {
-  for (uint32_t k = 0; k <= static_cast<uint32_t>(NodeKind::kChildGraph); ++k) {
+  for (uint32_t k = 0; k <= static_cast<uint32_t>(NodeKind::kCollective); ++k) {
     if (name == node_kind_name(static_cast<NodeKind>(k))) {
       *out = static_cast<NodeKind>(k);
       return true;
@@ -382,6 +419,7 @@ bool read_node(Ctx& c, const Value* v, const std::string& path, Node* n) {
     case NodeKind::kEventWait: o.u("event", &n->event); break;
     case NodeKind::kEmpty: break;
     case NodeKind::kChildGraph: o.u("child", &n->child); break;
+    case NodeKind::kCollective: read_collective(c, o.get("collective"), o.at("collective"), &n->collective); break;
   }
   return o.finish();
 }

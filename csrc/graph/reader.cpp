@@ -6,6 +6,8 @@
 #include <cstring>
 #include <tuple>
 
+#include "collective/collective_log.h"
+#include "collective/nccl_api.h"
 #include "common/log.h"
 #include "common/strict.h"
 #include "driver/driver.h"
@@ -149,6 +151,36 @@ Result<const Reader::FunctionInfo*> Reader::function_info(CUfunction func, CUker
   return static_cast<const FunctionInfo*>(&inserted.first->second);
 }
 
+static bool is_nccl_kernel(const std::string& name) {
+  return name.find("ncclDevKernel") != std::string::npos || name.find("ncclKernel") != std::string::npos;
+}
+
+Status Reader::read_collective(CUgraphNode node, const std::string& where, CollectiveNode* c, ReadGraph* acc) {
+  const Driver* d = driver_if_open();
+  CUDA_KERNEL_NODE_PARAMS p{};
+  FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphKernelNodeGetParams(node, &p), "cuGraphKernelNodeGetParams"));
+  const char* name = nullptr;
+  FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuFuncGetName(&name, p.func), "cuFuncGetName"));
+  c->name = name ? name : "";
+  std::string at = where + " (NCCL " + nccl::op_name(c->calls.front().op) + ", kernel " + c->name + ")";
+  if (!is_nccl_kernel(c->name)) {
+    // A recorded node handle the driver has since reused for another graph's kernel.
+    *c = CollectiveNode{};
+    return Status::Ok();
+  }
+  // NCCL's own parameters (its communicator, channels, work) are process-local: LOAD gets them
+  // from the live NCCL. The buffers the calls name must be reproducible like any other pointer.
+  for (const CollectiveCall& call : c->calls) {
+    if (call.comm == kUnknownComm) {
+      return Error(FOUNDRY_ERR_UNSUPPORTED, at + ": its communicator was created before Foundry could see it (is "
+                                                 "libfoundry.so preloaded before NCCL is loaded?)");
+    }
+    if (call.send != 0) FOUNDRY_RETURN_IF_ERROR(audit(call.send, at + " send buffer", -1, acc));
+    if (call.recv != 0) FOUNDRY_RETURN_IF_ERROR(audit(call.recv, at + " receive buffer", -1, acc));
+  }
+  return Status::Ok();
+}
+
 Status Reader::read_kernel(CUgraphNode node, const std::string& where, KernelNode* k, ReadGraph* acc) {
   const Driver* d = driver_if_open();
   CUDA_KERNEL_NODE_PARAMS p{};
@@ -160,6 +192,11 @@ Status Reader::read_kernel(CUgraphNode node, const std::string& where, KernelNod
   k->slots = info.value()->slots;
   k->func = info.value()->attrs;
   std::string at = where + " (kernel " + k->name + ")";
+  if (is_nccl_kernel(k->name)) {
+    return Error(FOUNDRY_ERR_UNSUPPORTED, at + ": an NCCL kernel whose launch Foundry did not see (only ncclAllReduce, "
+                                               "ncclAllGather, ncclReduceScatter, ncclBroadcast and ncclReduce are "
+                                               "recorded, and only with libfoundry.so preloaded)");
+  }
   k->grid[0] = p.gridDimX, k->grid[1] = p.gridDimY, k->grid[2] = p.gridDimZ;
   k->block[0] = p.blockDimX, k->block[1] = p.blockDimY, k->block[2] = p.blockDimZ;
   k->shared_mem = p.sharedMemBytes;
@@ -218,6 +255,11 @@ Status Reader::read_into(CUgraph graph, const std::string& label, int depth, Gra
     Node& node = out->nodes[i];
     switch (t) {
       case CU_GRAPH_NODE_TYPE_KERNEL:
+        if (CollectiveLog::instance().find(nodes[i], &node.collective)) {
+          node.kind = NodeKind::kCollective;
+          FOUNDRY_RETURN_IF_ERROR(read_collective(nodes[i], where, &node.collective, acc));
+          if (!node.collective.calls.empty()) break;
+        }
         node.kind = NodeKind::kKernel;
         FOUNDRY_RETURN_IF_ERROR(read_kernel(nodes[i], where, &node.kernel, acc));
         break;

@@ -25,7 +25,7 @@ Status within(const std::string& where, const Status& st) {
 
 std::string at_depth(int depth) { return depth == 0 ? "" : " (child graph depth " + std::to_string(depth) + ")"; }
 
-bool known_kind(uint32_t kind) { return kind <= static_cast<uint32_t>(NodeKind::kChildGraph); }
+bool known_kind(uint32_t kind) { return kind <= static_cast<uint32_t>(NodeKind::kCollective); }
 
 // i32 fields travel as their two's-complement u32 bit pattern.
 void put_i32(ByteWriter& w, int32_t v) { w.u32(static_cast<uint32_t>(v)); }
@@ -209,6 +209,55 @@ Status read_memcpy(ByteReader& r, MemcpyNode* m) {
   return r.status("memcpy node");
 }
 
+constexpr size_t kCallBytes = 4 * 2 + 8 * 3 + 4 * 3;
+constexpr uint32_t kMaxCollectiveOp = 4;  // CollectiveOp's last value (collective/nccl_api.h)
+
+// The launch's calls (the node's kernel index and NCCL's kernel name are written by the caller).
+void write_calls(ByteWriter& w, const std::vector<CollectiveCall>& calls) {
+  w.u32(static_cast<uint32_t>(calls.size()));
+  for (const CollectiveCall& c : calls) {
+    w.u32(c.op);
+    w.u32(c.comm);
+    w.u64(c.send);
+    w.u64(c.recv);
+    w.u64(c.count);
+    put_i32(w, c.dtype);
+    put_i32(w, c.redop);
+    put_i32(w, c.root);
+  }
+}
+
+Status read_calls(ByteReader& r, std::vector<CollectiveCall>* calls) {
+  uint32_t n = 0;
+  if (!r.count32(&n, kCallBytes)) return r.status("collective calls");
+  if (n == 0) return format_error("collective node without calls");
+  calls->resize(n);  // bounded by count32
+  for (CollectiveCall& c : *calls) {
+    r.u32(&c.op);
+    r.u32(&c.comm);
+    r.u64(&c.send);
+    r.u64(&c.recv);
+    r.u64(&c.count);
+    get_i32(r, &c.dtype);
+    get_i32(r, &c.redop);
+    get_i32(r, &c.root);
+    if (!r.ok()) return r.status("collective call");
+    if (c.op > kMaxCollectiveOp) return format_error("collective call: unknown operation " + std::to_string(c.op));
+  }
+  return Status::Ok();
+}
+
+void write_collective(ByteWriter& w, const CollectiveNode& c) {
+  w.string(c.name);
+  w.u32(c.kernel);
+  write_calls(w, c.calls);
+}
+
+Status read_collective(ByteReader& r, CollectiveNode* c) {
+  if (!r.string(&c->name, kMaxKernelNameBytes) || !r.u32(&c->kernel)) return r.status("collective node");
+  return read_calls(r, &c->calls);
+}
+
 void write_edge(ByteWriter& w, const Edge& e) {
   w.u32(e.from);
   w.u32(e.to);
@@ -295,6 +344,9 @@ void write_node(ByteWriter& w, const Node& n, NameTable* names) {
     case NodeKind::kChildGraph:
       w.u32(n.child);
       break;
+    case NodeKind::kCollective:
+      write_collective(w, n.collective);
+      break;
   }
 }
 
@@ -326,6 +378,9 @@ Status read_node(ByteReader& r, Node* n, int depth, const std::vector<std::strin
       break;
     case NodeKind::kChildGraph:
       if (!r.u32(&node.child)) return r.status("child graph node");
+      break;
+    case NodeKind::kCollective:
+      FOUNDRY_RETURN_IF_ERROR(read_collective(r, &node.collective));
       break;
   }
   *n = std::move(node);
@@ -406,6 +461,9 @@ void write_delta(ByteWriter& w, const GraphModel& tmpl, const std::vector<NodeDe
       case NodeKind::kEventWait:
         w.u32(n.event);
         break;
+      case NodeKind::kCollective:
+        write_collective(w, n.collective);
+        break;
       case NodeKind::kEmpty:
       case NodeKind::kChildGraph:
         break;  // never in a delta: nothing updatable (child graphs are part of the topology)
@@ -453,6 +511,14 @@ Status read_delta(ByteReader& r, const GraphModel& tmpl, std::vector<NodeDelta>*
       case NodeKind::kEventWait:
         if (!r.u32(&v.event)) return r.status(where.c_str());
         break;
+      case NodeKind::kCollective: {
+        CollectiveNode c;
+        FOUNDRY_RETURN_IF_ERROR(within(where, read_collective(r, &c)));
+        if (c.kernel != v.collective.kernel)
+          return format_error(where + ": collective node changes its kernel slot, which is part of the topology");
+        v.collective = std::move(c);
+        break;
+      }
       case NodeKind::kEmpty:
       case NodeKind::kChildGraph:
         return format_error(where + ": node " + std::to_string(node) + " is a " + node_kind_name(v.kind) +

@@ -62,6 +62,10 @@ void encode_node_topology(ByteWriter& w, const Node& n) {
     case NodeKind::kChildGraph:
       w.u32(n.child);
       break;
+    case NodeKind::kCollective:
+      // LOAD sets each member's NCCL kernel before instantiation, so only the slot is topology.
+      w.u32(n.collective.kernel);
+      break;
   }
 }
 
@@ -137,6 +141,16 @@ bool memcpys_equal(const MemcpyNode& a, const MemcpyNode& b) {
          a.dst_height == b.dst_height && a.width == b.width && a.height == b.height && a.depth == b.depth;
 }
 
+bool calls_equal(const CollectiveCall& a, const CollectiveCall& b) {
+  return a.op == b.op && a.comm == b.comm && a.send == b.send && a.recv == b.recv && a.count == b.count &&
+         a.dtype == b.dtype && a.redop == b.redop && a.root == b.root;
+}
+
+bool collectives_equal(const CollectiveNode& a, const CollectiveNode& b) {
+  return a.name == b.name && a.kernel == b.kernel &&
+         std::equal(a.calls.begin(), a.calls.end(), b.calls.begin(), b.calls.end(), calls_equal);
+}
+
 // Fields of other kinds are ignored: they are not serialized, so comparing them would make a
 // decoded model differ from the one it was written from.
 bool nodes_equal(const Node& a, const Node& b) {
@@ -155,6 +169,8 @@ bool nodes_equal(const Node& a, const Node& b) {
       return true;
     case NodeKind::kChildGraph:
       return a.child == b.child;
+    case NodeKind::kCollective:
+      return collectives_equal(a.collective, b.collective);
   }
   return false;  // unknown kinds are never equal: nothing says what they hold
 }

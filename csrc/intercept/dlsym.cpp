@@ -1,5 +1,5 @@
 // dlsym: the CUDA runtime finds cuGetProcAddress in libcuda with dlsym, so this is where the
-// interposition starts. Only symbols that would resolve into libcuda and that the table names are
+// interposition starts (and where NCCL looked up by name is answered). Only symbols that would resolve into libcuda and that the table names are
 // answered with a handler; every other lookup goes to glibc as a sibling call, so that glibc still
 // sees the original caller (RTLD_NEXT is relative to the caller's object; a normal call from here
 // would make it relative to libfoundry.so and break other interposers).
@@ -30,9 +30,16 @@ __attribute__((noinline)) void* cuda_dlsym(void* handle, const char* name) {
   return handler;
 }
 
+// NCCL looked up by name (vLLM's pynccl opens libnccl with ctypes): the interposed entry point,
+// which then calls the function the lookup found.
+__attribute__((noinline)) void* nccl_dlsym(void* handle, const char* name) {
+  return foundry::nccl_handler_for_symbol(name, foundry::glibc_dlsym()(handle, name));
+}
+
 }  // namespace
 
 FOUNDRY_EXPORT void* dlsym(void* handle, const char* name) {
   if (name[0] == 'c' && name[1] == 'u') return cuda_dlsym(handle, name);
+  if (name[0] == 'n' && name[1] == 'c' && name[2] == 'c' && name[3] == 'l') return nccl_dlsym(handle, name);
   return foundry::glibc_dlsym()(handle, name);
 }

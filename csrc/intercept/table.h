@@ -15,6 +15,9 @@ struct InterposedSymbol {
 
 // The handler for an exact exported name, or nullptr.
 void* handler_for_symbol(const char* symbol);
+// The interposed NCCL entry point for `name` when Foundry has one (remembering `found`, the real
+// function the lookup found, for it to call), else `found` itself.
+void* nccl_handler_for_symbol(const char* name, void* found);
 // The handler for a cuGetProcAddress query (base name, requested CUDA version), or nullptr.
 // Names already carrying a version suffix ("cuMemAlloc_v2") are matched exactly.
 void* handler_for_query(const char* base, int cuda_version);

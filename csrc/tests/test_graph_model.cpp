@@ -82,6 +82,24 @@ Node child_node(uint32_t child) {
   return n;
 }
 
+Node collective_node(uint64_t count, uint32_t kernel) {
+  Node n;
+  n.kind = NodeKind::kCollective;
+  n.collective.name = "_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL";
+  n.collective.kernel = kernel;
+  CollectiveCall c;
+  c.op = 0;
+  c.comm = 1;
+  c.send = 0x600000400000ULL;
+  c.recv = 0x600000400000ULL;
+  c.count = count;
+  c.dtype = 9;
+  c.redop = 0;
+  c.root = -1;
+  n.collective.calls = {c, c};
+  return n;
+}
+
 Edge edge(uint32_t from, uint32_t to, uint8_t from_port = 0, uint8_t to_port = 0, uint8_t type = 0) {
   Edge e;
   e.from = from;
@@ -117,8 +135,9 @@ GraphModel full_model() {
   g.nodes.push_back(simple_node(NodeKind::kEmpty));                 // 6
   g.nodes.push_back(child_node(0));                                 // 7
   g.nodes.push_back(kernel_node("_Z7consumerPf", 2, 0xbb));         // 8
+  g.nodes.push_back(collective_node(4096, 0));                      // 9
   g.edges = {edge(0, 1), edge(0, 8, 1, 0, 1), edge(1, 2), edge(2, 3), edge(3, 4),
-             edge(5, 6), edge(6, 7), edge(7, 8)};
+             edge(5, 6), edge(6, 7), edge(7, 8), edge(8, 9)};
   g.children.push_back(child_model());
   return g;
 }
@@ -163,7 +182,7 @@ TEST_CASE("round trip reproduces the model") {
   CHECK(st.ok());
   CHECK(at_end);
   CHECK(models_equal(g, back));
-  CHECK_EQ(back.nodes.size(), 9u);
+  CHECK_EQ(back.nodes.size(), 10u);
   CHECK_EQ(back.children.size(), 1u);
   CHECK_EQ(back.children[0].children.size(), 1u);
   CHECK_EQ(back.edges[1].type, 1);
@@ -239,22 +258,22 @@ TEST_CASE("a failed read leaves the output untouched") {
 TEST_CASE("validation refuses unknown kinds") {
   ByteWriter w;
   w.u32(1);   // one node
-  w.u32(7);   // kind 7 does not exist
+  w.u32(8);   // kind 8 does not exist
   w.u32(0);
   w.u32(0);
   GraphModel out;
   Status st = parse(w.take(), &out);
   CHECK(!st.ok());
   CHECK_EQ(st.code(), FOUNDRY_ERR_FORMAT);
-  CHECK(st.message().find("unknown node kind 7") != std::string::npos);
+  CHECK(st.message().find("unknown node kind 8") != std::string::npos);
 }
 
 TEST_CASE("validation refuses edge endpoints and child indices out of range") {
   GraphModel g = full_model();
-  g.edges.push_back(edge(3, 9));
+  g.edges.push_back(edge(3, 10));
   CHECK(!parse_model(g).ok());
   g = full_model();
-  g.edges.push_back(edge(9, 3));
+  g.edges.push_back(edge(10, 3));
   CHECK(!parse_model(g).ok());
   g = full_model();
   g.nodes[7].child = 1;  // only one child
@@ -428,6 +447,39 @@ TEST_CASE("updatable fields keep the topology and the delta holds exactly the ch
   CHECK(models_equal(rebuilt, third));
 
   CHECK(make_delta(tmpl, tmpl).empty());
+}
+
+TEST_CASE("collective calls are updatable; the kernel slot is topology") {
+  GraphModel tmpl;
+  tmpl.nodes.push_back(kernel_node("_Z6kernelPfi", 4, 0xaa));
+  tmpl.nodes.push_back(collective_node(4096, 0));
+  tmpl.edges = {edge(0, 1)};
+  GraphModel member = tmpl;
+  member.nodes[1].collective.calls[0].count = 64;
+  member.nodes[1].collective.name = "_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL128";
+  CHECK(same_topology(tmpl, member));
+  std::vector<NodeDelta> d = make_delta(tmpl, member);
+  CHECK_EQ(d.size(), 1u);
+  ByteWriter w;
+  write_delta(w, tmpl, d);
+  std::vector<uint8_t> bytes = w.take();
+  ByteReader r(bytes.data(), bytes.size());
+  std::vector<NodeDelta> back;
+  CHECK(read_delta(r, tmpl, &back).ok());
+  GraphModel rebuilt;
+  CHECK(apply_delta(tmpl, back, &rebuilt).ok());
+  CHECK(models_equal(rebuilt, member));
+
+  GraphModel other = tmpl;
+  other.nodes[1].collective.kernel = 1;
+  CHECK(!same_topology(tmpl, other));
+
+  GraphModel empty_calls = tmpl;
+  empty_calls.nodes[1].collective.calls.clear();
+  CHECK_EQ(parse_model(empty_calls).code(), FOUNDRY_ERR_FORMAT);
+  GraphModel bad_op = tmpl;
+  bad_op.nodes[1].collective.calls[0].op = 99;
+  CHECK(parse_model(bad_op).message().find("unknown operation 99") != std::string::npos);
 }
 
 TEST_CASE("delta encoding round trips and refuses truncation") {

@@ -549,12 +549,27 @@ def test_modes_refuse_other_cudagraph_modes_by_name():
 
 
 def test_modes_list_every_problem_at_once():
-    cfg = fake_config(**{"parallel_config.tensor_parallel_size": 2, "use_v2_model_runner": False,
+    cfg = fake_config(**{"parallel_config.data_parallel_size": 2, "use_v2_model_runner": False,
                          "lora_config": object()})
     problems = modes.unsupported_settings(cfg)
-    assert any("tensor_parallel_size=2" in p for p in problems)
+    assert any("data_parallel_size=2" in p for p in problems)
     assert any("V1 model runner" in p for p in problems) and any("LoRA" in p for p in problems)
     assert modes.unsupported_settings(fake_config()) == []
+
+
+def test_tensor_parallel_is_supported_and_all_reduces_through_nccl(monkeypatch):
+    cfg = fake_config(**{"parallel_config.tensor_parallel_size": 2})
+    cfg.parallel_config.disable_custom_all_reduce = False
+    assert modes.unsupported_settings(cfg) == []
+    monkeypatch.delenv("VLLM_ALLREDUCE_USE_SYMM_MEM", raising=False)
+    worker_patches.use_nccl_all_reduce(cfg)
+    assert cfg.parallel_config.disable_custom_all_reduce is True
+    assert os.environ["VLLM_ALLREDUCE_USE_SYMM_MEM"] == "0"
+    single = fake_config()
+    single.parallel_config.disable_custom_all_reduce = False
+    monkeypatch.delenv("VLLM_ALLREDUCE_USE_SYMM_MEM")
+    worker_patches.use_nccl_all_reduce(single)
+    assert single.parallel_config.disable_custom_all_reduce is False and "VLLM_ALLREDUCE_USE_SYMM_MEM" not in os.environ
 
 
 def test_modes_enforce_eager_and_resolved_mode():
@@ -774,8 +789,9 @@ def test_save_flow(worker_env):
     steps = [e for e in log if isinstance(e, str)]
     assert steps[:4] == ["set_device", "begin", "nccl", "boundary"]
     assert kv == 1000 and "profile_run" in steps and "kernel_warmup" in steps
-    # SAVE-only work ran paused: three pauses (profiling, compile warmup, kernel warmup).
-    assert dev.count("stop_region") == 3 and dev.count("resume_region") == 3
+    # NCCL's bring-up and the SAVE-only work ran paused: four pauses (NCCL, profiling, compile
+    # warmup, kernel warmup).
+    assert dev.count("stop_region") == 4 and dev.count("resume_region") == 4
     assert steps.index("save") < steps.index("end") < steps.index("warmup_kernels")
     forwards = [e for e in log if isinstance(e, tuple) and e[0] == "forward"]
     assert len(forwards) == 6  # a warmup and a capture forward per graph
@@ -807,7 +823,7 @@ def test_load_flow_restores_instead_of_capturing(worker_env, monkeypatch):
     manager.run_fullgraph(desc)
     assert log[-1] == ("replay", capture_patches.graph_name(desc))
     # LOAD mirrors SAVE's cache flushes and pauses, with no work inside them.
-    assert dev.count("empty_cache") == 6 and dev.count("stop_region") == 3
+    assert dev.count("empty_cache") == 8 and dev.count("stop_region") == 4
 
 
 def test_load_flow_can_skip_the_jit_warmup(worker_env, monkeypatch):
