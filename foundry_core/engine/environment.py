@@ -27,6 +27,9 @@ REQUIRED_SETTINGS: dict[str, str] = {
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
     "NCCL_CUMEM_ENABLE": "0",
+    # Every NCCL connection made at communicator creation, outside the region, not lazily at the
+    # first collective of a size (which may be inside a graph capture).
+    "NCCL_RUNTIME_CONNECT": "0",
 }
 
 
@@ -36,7 +39,8 @@ def prepare_child_environment(env: Mapping[str, str] | None = None, *, archive: 
 
     - libfoundry.so first in ``LD_PRELOAD`` (once);
     - ``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``, ``NVSHMEM_DISABLE_NVLS=1``,
-      ``NCCL_CUMEM_ENABLE=0`` (a different value the user set is overridden, with a warning);
+      ``NCCL_CUMEM_ENABLE=0``, ``NCCL_RUNTIME_CONNECT=0`` (a different value the user set is
+      overridden, with a warning);
     - every ``FOUNDRY_*`` variable of this process that ``env`` lacks;
     - ``FOUNDRY_ARCHIVE`` / ``FOUNDRY_MODE`` from ``archive`` / ``mode`` when given, so children
       that never see the command line resolve the same settings.

@@ -16,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-RUNS = ("captured-cold", "captured-warm", "eager", "save", "load")
+RUNS = ("baseline", "captured-cold", "captured-warm", "eager", "save", "load")
 TPOT_BATCHES = ("1", "8", "32", "128")
 # (label, pattern with one number group): the startup steps as the logs name them.
 STEPS = (
@@ -77,14 +77,16 @@ def timing(directory: str) -> int:
     if not present:
         print(f"no runs in {d}")
         return 1
-    header = ["run", "ready s", *[f"TPOT b{b} ms" for b in TPOT_BATCHES], "tokens vs captured-warm", "foundry"]
+    # The reference: the unmodified start with graphs captured (warm compile cache).
+    ref_run = next((r for r in ("captured-warm", "baseline") if r in present), None)
+    header = ["run", "ready s", *[f"TPOT b{b} ms" for b in TPOT_BATCHES], f"tokens vs {ref_run}", "foundry"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    ref = load(d / "captured-warm.json")["tokens"] if (d / "captured-warm.json").exists() else None
+    ref = load(d / f"{ref_run}.json")["tokens"] if ref_run else None
     for run in present:
         r = load(d / f"{run}.json")
         tpot = [f"{r['tpot_ms'][b]:.2f}" if b in r.get("tpot_ms", {}) else "-" for b in TPOT_BATCHES]
-        same = "-" if ref is None or run == "captured-warm" else ("identical" if r["tokens"] == ref else "DIFFERENT")
+        same = "-" if ref is None or run == ref_run else ("identical" if r["tokens"] == ref else "DIFFERENT")
         print(f"| {run} | {r['ready_s']:.1f} | " + " | ".join(tpot) + f" | {same} | {outcome(d / f'{run}.log')} |")
     print()
     labels = [label for label, _ in STEPS]

@@ -9,6 +9,8 @@
 #   ARCHIVE_DIR  default /tmp/foundry-vllm-archive (removed first: the first start SAVEs)
 # Env: BASELINE=1 adds a start without Foundry (FOUNDRY_MODE=off) to the comparison;
 #      SIZES (default "1 2 4 8 16 32 64 128") capture sizes; MAX_MODEL_LEN (2048); PORT (8011);
+#      TP (1): tensor parallel size of the llm starts (NCCL all-reduce; one archive per rank);
+#      TPOT: batch sizes to time decode at in the llm starts (e.g. 1,8,32,128);
 #      PYTHON (python3);
 #      VLLM_ENV: a file to source first (the GPU machine's pack: /tmp/site/vllm-env.sh);
 #      TINY_MODEL: tiny_model.py (default: the enginepack's); SERVE_TIMEOUT (600 s).
@@ -44,7 +46,8 @@ rm -rf "$ARCHIVE"
 run_llm() {  # NAME FOUNDRY_MODE
   echo "=== $1: LLM(...) with FOUNDRY_MODE=$2"
   FOUNDRY_ARCHIVE="$ARCHIVE" FOUNDRY_MODE="$2" "$PYTHON" "$HERE/start.py" "$MODEL" "$OUT/$1.json" \
-    --sizes "$SIZES" --max-model-len "$MAX_MODEL_LEN" > "$OUT/$1.log" 2>&1 || { tail -n 60 "$OUT/$1.log"; exit 1; }
+    --sizes "$SIZES" --max-model-len "$MAX_MODEL_LEN" --tp "${TP:-1}" --tpot "${TPOT:-}" > "$OUT/$1.log" 2>&1 \
+    || { tail -n 60 "$OUT/$1.log"; exit 1; }
   grep -E "foundry|ready |Graph capturing finished|init engine" "$OUT/$1.log" || true
 }
 

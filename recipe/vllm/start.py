@@ -67,6 +67,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5)
+    parser.add_argument("--tp", type=int, default=1,
+                        help="tensor parallel size (all-reduce through NCCL: custom all-reduce off in every start)")
     args = parser.parse_args()
 
     t0 = time.time()
@@ -77,7 +79,8 @@ def main() -> None:
         compilation["cudagraph_capture_sizes"] = [int(s) for s in args.sizes.split()]
     llm = LLM(model=args.model, load_format="dummy", attention_backend="FLASH_ATTN", seed=0,
               max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
-              enforce_eager=args.eager, compilation_config=None if args.eager else compilation)
+              enforce_eager=args.eager, compilation_config=None if args.eager else compilation,
+              tensor_parallel_size=args.tp, disable_custom_all_reduce=args.tp > 1)
     ready = time.time()
     result: dict = {"ready_s": ready - process_start_time(), "init_s": ready - t0,
                     "foundry_mode": os.environ.get("FOUNDRY_MODE", "off"), "eager": args.eager}

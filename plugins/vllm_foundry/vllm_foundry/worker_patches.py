@@ -5,7 +5,8 @@ In startup order (vLLM 0.25.0 line numbers in ``seams.py``'s contract table):
 1. ``Worker.init_device``: refuses an unsupported configuration or a worker without the preload,
    before the first device allocation; after it, checks that the session began.
 2. ``init_worker_distributed_environment`` (module function, called by name from init_device once
-   the device is set): ``session.begin()`` (region set) before NCCL, the determinism boundary after.
+   the device is set): ``session.begin()`` (region set) before NCCL, NCCL's bring-up paused
+   (outside the region), the determinism boundary after; tensor parallel all-reduces through NCCL.
 3. ``Worker.determine_available_memory``: LOAD returns the KV-cache bytes SAVE recorded (no
    ``profile_run``, no CUDA-graph memory profiling); SAVE profiles as vLLM does, paused.
 4. ``Worker.initialize_from_config``: records the KV-cache block count; LOAD checks it.
@@ -78,11 +79,29 @@ def wrap_init_distributed(original: Callable[..., Any]) -> Callable[..., Any]:
         rt = runtime.start(bound["vllm_config"], int(bound["rank"]))
         if rt is None:
             return original(*args, **kwargs)
-        result = original(*args, **kwargs)
+        use_nccl_all_reduce(bound["vllm_config"])
+        # NCCL's communicators and connections stay outside the region: their allocations
+        # (some from NCCL's proxy thread) differ between runs. Graphs name them by the calls
+        # that launched NCCL, which LOAD makes again (docs/multi-gpu.md).
+        with rt.paused():
+            result = original(*args, **kwargs)
         rt.boundary()
         return result
 
     return init_worker_distributed_environment
+
+
+def use_nccl_all_reduce(vllm_config: Any) -> None:
+    """Tensor parallel all-reduces through NCCL only. vLLM's custom all-reduce and its
+    symmetric-memory all-reduce exchange IPC handles of buffers and bake the peers' mappings
+    into the graphs, which a fresh process cannot reproduce."""
+    parallel = getattr(vllm_config, "parallel_config", None)
+    if parallel is None or int(getattr(parallel, "tensor_parallel_size", 1) or 1) == 1:
+        return
+    if not getattr(parallel, "disable_custom_all_reduce", False):
+        logger.info("foundry: custom all-reduce off (tensor parallel all-reduces through NCCL)")
+        parallel.disable_custom_all_reduce = True
+    os.environ["VLLM_ALLREDUCE_USE_SYMM_MEM"] = "0"
 
 
 # ---- 3. memory profiling -----------------------------------------------------------------------
