@@ -64,7 +64,7 @@ def outcome(log: Path) -> str:
     text = log.read_text(errors="replace") if log.exists() else ""
     if re.search(r"foundry: restored \d+ graphs", text):
         return "restored"
-    if re.search(r"foundry: .*saved \d+ graphs", text):
+    if re.search(r"\[foundry\] saved \d+ graphs \(", text):
         return "saved"
     if re.search(r"foundry: rank \d+ (cannot load|does not use|could not save)", text):
         return "FELL BACK"

@@ -93,7 +93,7 @@ names=()
 if [ "${BASELINE:-0}" = 1 ]; then $run baseline off; names+=(baseline); fi
 $run save save; names+=(save)
 # A start that fell back would still produce identical tokens: check each did what it was asked.
-expect_saved "foundry: .*saved [0-9]+ graphs"
+expect_saved "\[foundry\] saved [0-9]+ graphs \("
 $run load load; names+=(load)
 expect_restored "foundry: restored [0-9]+ graphs"
 
