@@ -449,6 +449,21 @@ TEST_CASE("updatable fields keep the topology and the delta holds exactly the ch
   CHECK(make_delta(tmpl, tmpl).empty());
 }
 
+static std::vector<uint8_t> encoded_delta(const GraphModel& tmpl, const GraphModel& member) {
+  ByteWriter w;
+  write_delta(w, tmpl, make_delta(tmpl, member));
+  return w.take();
+}
+
+// The encoded delta reads back in full and, applied to tmpl, gives member.
+static bool delta_restores(const GraphModel& tmpl, const std::vector<uint8_t>& bytes, const GraphModel& member) {
+  ByteReader r(bytes.data(), bytes.size());
+  std::vector<NodeDelta> back;
+  GraphModel rebuilt;
+  return read_delta(r, tmpl, &back).ok() && r.at_end() && apply_delta(tmpl, back, &rebuilt).ok() &&
+         models_equal(rebuilt, member);
+}
+
 TEST_CASE("collective calls are updatable; the kernel slot is topology") {
   GraphModel tmpl;
   tmpl.nodes.push_back(kernel_node("_Z6kernelPfi", 4, 0xaa));
@@ -458,17 +473,8 @@ TEST_CASE("collective calls are updatable; the kernel slot is topology") {
   member.nodes[1].collective.calls[0].count = 64;
   member.nodes[1].collective.name = "_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL128";
   CHECK(same_topology(tmpl, member));
-  std::vector<NodeDelta> d = make_delta(tmpl, member);
-  CHECK_EQ(d.size(), 1u);
-  ByteWriter w;
-  write_delta(w, tmpl, d);
-  std::vector<uint8_t> bytes = w.take();
-  ByteReader r(bytes.data(), bytes.size());
-  std::vector<NodeDelta> back;
-  CHECK(read_delta(r, tmpl, &back).ok());
-  GraphModel rebuilt;
-  CHECK(apply_delta(tmpl, back, &rebuilt).ok());
-  CHECK(models_equal(rebuilt, member));
+  CHECK_EQ(make_delta(tmpl, member).size(), 1u);
+  CHECK(delta_restores(tmpl, encoded_delta(tmpl, member), member));
 
   GraphModel other = tmpl;
   other.nodes[1].collective.kernel = 1;
@@ -487,17 +493,9 @@ TEST_CASE("delta encoding round trips and refuses truncation") {
   GraphModel member = tmpl;
   member.nodes[0].kernel.params.assign(16, 0x5a);
   member.nodes[2].memcpy.dst += 128;
-  std::vector<NodeDelta> d = make_delta(tmpl, member);
-  ByteWriter w;
-  write_delta(w, tmpl, d);
-  std::vector<uint8_t> bytes = w.take();
-  ByteReader r(bytes.data(), bytes.size());
-  std::vector<NodeDelta> back;
-  CHECK(read_delta(r, tmpl, &back).ok());
-  CHECK(r.at_end());
+  std::vector<uint8_t> bytes = encoded_delta(tmpl, member);
+  CHECK(delta_restores(tmpl, bytes, member));
   GraphModel rebuilt;
-  CHECK(apply_delta(tmpl, back, &rebuilt).ok());
-  CHECK(models_equal(rebuilt, member));
 
   int accepted = 0;
   for (size_t len = 0; len < bytes.size(); ++len) {
