@@ -12,11 +12,16 @@ void CollectiveLog::add_comm(void* comm) {
   comms_.push_back(comm);
 }
 
+void CollectiveLog::remove_comm(void* comm) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (void*& c : comms_)
+    if (c == comm) c = nullptr;
+}
+
 uint32_t CollectiveLog::ordinal(void* comm) {
   std::lock_guard<std::mutex> lock(mu_);
-  // The newest first: a destroyed communicator's address may be reused by a later one.
   for (size_t i = comms_.size(); i-- > 0;)
-    if (comms_[i] == comm) return static_cast<uint32_t>(i);
+    if (comm != nullptr && comms_[i] == comm) return static_cast<uint32_t>(i);
   return kUnknownComm;
 }
 
@@ -30,16 +35,16 @@ uint32_t CollectiveLog::comm_count() {
   return static_cast<uint32_t>(comms_.size());
 }
 
-void CollectiveLog::record(const std::vector<CUgraphNode>& kernels, std::vector<CollectiveCall> calls) {
+void CollectiveLog::record(CUgraph graph, const std::vector<CUgraphNode>& kernels, std::vector<CollectiveCall> calls) {
   auto shared = std::make_shared<const std::vector<CollectiveCall>>(std::move(calls));
   std::lock_guard<std::mutex> lock(mu_);
   ++launches_;
-  for (size_t i = 0; i < kernels.size(); ++i) nodes_[kernels[i]] = Entry{static_cast<uint32_t>(i), shared};
+  for (size_t i = 0; i < kernels.size(); ++i) nodes_[{graph, kernels[i]}] = Entry{static_cast<uint32_t>(i), shared};
 }
 
-bool CollectiveLog::find(CUgraphNode node, CollectiveNode* out) {
+bool CollectiveLog::find(CUgraph graph, CUgraphNode node, CollectiveNode* out) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = nodes_.find(node);
+  auto it = nodes_.find({graph, node});
   if (it == nodes_.end()) return false;
   out->kernel = it->second.kernel;
   out->calls = *it->second.calls;

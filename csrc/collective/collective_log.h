@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "graph/model.h"
@@ -23,16 +24,19 @@ class CollectiveLog {
  public:
   static CollectiveLog& instance();
 
-  // Communicators: appended as NCCL creates them.
+  // Communicators: appended as NCCL creates them; a destroyed one keeps its ordinal, empty.
   void add_comm(void* comm);
+  void remove_comm(void* comm);
   uint32_t ordinal(void* comm);  // kUnknownComm when Foundry did not see it created
   void* comm(uint32_t ordinal);  // nullptr when there is no such communicator
   uint32_t comm_count();
 
-  // SAVE: the kernel nodes one launch (a call, or a group's calls) added to a capture.
-  void record(const std::vector<CUgraphNode>& kernels, std::vector<CollectiveCall> calls);
-  // The launch that added `node`; false when none did. Fills kernel and calls, not the name.
-  bool find(CUgraphNode node, CollectiveNode* out);
+  // SAVE: the kernel nodes one launch (a call, or a group's calls) added to `graph`, the graph
+  // being captured.
+  void record(CUgraph graph, const std::vector<CUgraphNode>& kernels, std::vector<CollectiveCall> calls);
+  // The launch that added `node` to `graph`; false when none did. Fills kernel and calls, not
+  // the name. Keyed by both handles: the driver may reuse a destroyed graph's node handles.
+  bool find(CUgraph graph, CUgraphNode node, CollectiveNode* out);
   uint64_t launches_recorded();
 
  private:
@@ -42,7 +46,7 @@ class CollectiveLog {
   };
   std::mutex mu_;
   std::vector<void*> comms_;
-  std::map<CUgraphNode, Entry> nodes_;
+  std::map<std::pair<CUgraph, CUgraphNode>, Entry> nodes_;
   uint64_t launches_ = 0;
 };
 

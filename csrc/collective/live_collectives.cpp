@@ -13,7 +13,8 @@ std::vector<uint64_t> key_of(const std::vector<CollectiveCall>& calls) {
   std::vector<uint64_t> key;
   for (const CollectiveCall& c : calls) {
     key.insert(key.end(), {c.op, c.comm, c.send, c.recv, c.count, static_cast<uint32_t>(c.dtype),
-                           static_cast<uint32_t>(c.redop), static_cast<uint32_t>(c.root)});
+                           static_cast<uint32_t>(c.redop), static_cast<uint32_t>(c.root),
+                           static_cast<uint32_t>(c.nranks), static_cast<uint32_t>(c.rank)});
   }
   return key;
 }
@@ -32,6 +33,9 @@ std::string function_name(const Driver* d, CUgraphNode node) {
 LiveCollectives::~LiveCollectives() {
   const Driver* d = driver_if_open();
   if (d == nullptr) return;
+  // NCCL frees what a captured launch owns (its persistent work) with the graph it was captured
+  // into; a restored graph may still be running it.
+  if (!launches_.empty()) d->cuCtxSynchronize();
   for (auto& [key, launch] : launches_)
     if (launch.graph != nullptr) d->cuGraphDestroy(launch.graph);
   if (stream_ != nullptr) d->cuStreamDestroy(stream_);
@@ -64,9 +68,13 @@ Status LiveCollectives::capture(const std::vector<CollectiveCall>& calls, Launch
 }
 
 Result<CUgraphNode> LiveCollectives::kernel(const CollectiveNode& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return kernel_locked(node);
+}
+
+Result<CUgraphNode> LiveCollectives::kernel_locked(const CollectiveNode& node) {
   const Driver* d = driver_if_open();
   if (d == nullptr) return Error(FOUNDRY_ERR_NO_DRIVER, "the CUDA driver is not open");
-  std::lock_guard<std::mutex> lock(mu_);
   std::vector<uint64_t> key = key_of(node.calls);
   auto it = launches_.find(key);
   if (it == launches_.end()) {
@@ -95,7 +103,8 @@ Result<CUgraphNode> LiveCollectives::kernel(const CollectiveNode& node) {
 }
 
 Status LiveCollectives::add(const CollectiveNode& node, CUgraph graph, CUgraphNode* out) {
-  auto live = kernel(node);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto live = kernel_locked(node);
   if (!live.ok()) return live.status();
   const Driver* d = driver_if_open();
   CUDA_KERNEL_NODE_PARAMS p{};
@@ -105,18 +114,22 @@ Status LiveCollectives::add(const CollectiveNode& node, CUgraph graph, CUgraphNo
 }
 
 Status LiveCollectives::apply(const CollectiveNode& node, CUgraphNode dst) {
-  auto live = kernel(node);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto live = kernel_locked(node);
   if (!live.ok()) return live.status();
   const Driver* d = driver_if_open();
   CUDA_KERNEL_NODE_PARAMS p{};
   FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphKernelNodeGetParams(live.value(), &p), "cuGraphKernelNodeGetParams (NCCL)"));
   // The node's cluster shape (NCCL launches in clusters on Hopper) is checked against its grid
   // at each step: one block per cluster fits any grid, then the live node's shape fits its own.
-  CUlaunchAttributeValue single;
-  std::memset(&single, 0, sizeof(single));
-  single.clusterDim.x = single.clusterDim.y = single.clusterDim.z = 1;
-  FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphKernelNodeSetAttribute(dst, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &single),
-                                     "cuGraphKernelNodeSetAttribute (NCCL cluster)"));
+  CUlaunchAttributeValue cluster;
+  std::memset(&cluster, 0, sizeof(cluster));
+  if (d->cuGraphKernelNodeGetAttribute(dst, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &cluster) == CUDA_SUCCESS &&
+      cluster.clusterDim.x * cluster.clusterDim.y * cluster.clusterDim.z > 1) {
+    cluster.clusterDim.x = cluster.clusterDim.y = cluster.clusterDim.z = 1;
+    FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphKernelNodeSetAttribute(dst, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &cluster),
+                                       "cuGraphKernelNodeSetAttribute (NCCL cluster)"));
+  }
   FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphKernelNodeSetParams(dst, &p), "cuGraphKernelNodeSetParams (NCCL)"));
   return cuda_check(d->cuGraphKernelNodeCopyAttributes(dst, live.value()), "cuGraphKernelNodeCopyAttributes (NCCL)");
 }

@@ -39,8 +39,9 @@ class LiveCollectives {
     std::vector<CUgraphNode> kernels;
   };
   Status capture(const std::vector<CollectiveCall>& calls, Launch* out);
+  Result<CUgraphNode> kernel_locked(const CollectiveNode& node);  // caller holds mu_
 
-  std::mutex mu_;
+  std::mutex mu_;  // also guards reads of the live graphs: the driver does not synchronise one CUgraph
   CUstream stream_ = nullptr;
   std::map<std::vector<uint64_t>, Launch> launches_;
 };

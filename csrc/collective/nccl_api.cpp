@@ -15,10 +15,15 @@ namespace {
 
 constexpr const char* kNames[] = {
 #define FOUNDRY_NCCL_NAME(name, type) #name,
-    FOUNDRY_NCCL_FUNCTIONS(FOUNDRY_NCCL_NAME)
+    FOUNDRY_NCCL_FUNCTIONS(FOUNDRY_NCCL_NAME) FOUNDRY_NCCL_QUERIES(FOUNDRY_NCCL_NAME)
 #undef FOUNDRY_NCCL_NAME
 };
 constexpr int kCount = static_cast<int>(Fn::kCount);
+constexpr int kInterposedCount = 0
+#define FOUNDRY_NCCL_ONE(name, type) +1
+    FOUNDRY_NCCL_FUNCTIONS(FOUNDRY_NCCL_ONE)
+#undef FOUNDRY_NCCL_ONE
+    ;
 
 std::atomic<void*>* slots() {
   static std::atomic<void*>* s = new std::atomic<void*>[kCount]();  // never destroyed: used at exit
@@ -71,15 +76,27 @@ void* real(Fn fn) {
 }
 
 int index_of(const char* name) {
-  for (int i = 0; i < kCount; ++i)
+  for (int i = 0; i < kInterposedCount; ++i)
     if (std::strcmp(name, kNames[i]) == 0) return i;
   return -1;
 }
 
-void remember_real(int index, void* found) {
-  if (index < 0 || index >= kCount || found == nullptr) return;
+bool remember_real(int index, void* found) {
+  if (index < 0 || index >= kInterposedCount || found == nullptr) return false;
   void* expected = nullptr;
-  slots()[index].compare_exchange_strong(expected, found);
+  return slots()[index].compare_exchange_strong(expected, found) || expected == found;
+}
+
+bool comm_shape(Comm comm, int32_t* nranks, int32_t* rank) {
+  auto count = real_as<CommQueryFn>(Fn::ncclCommCount);
+  auto user_rank = real_as<CommQueryFn>(Fn::ncclCommUserRank);
+  int n = 0, r = 0;
+  if (comm == nullptr || count == nullptr || user_rank == nullptr || count(comm, &n) != kSuccess ||
+      user_rank(comm, &r) != kSuccess)
+    return false;
+  *nranks = n;
+  *rank = r;
+  return true;
 }
 
 namespace {
@@ -132,6 +149,14 @@ Status issue(const std::vector<CollectiveCall>& calls, CUstream stream) {
       if (group) real_as<GroupFn>(Fn::ncclGroupEnd)();
       return Error(FOUNDRY_ERR_MISMATCH, "NCCL communicator " + std::to_string(c.comm) + " (in the order of creation) does not exist in this "
                                          "process: create the communicators as at SAVE, before LOAD");
+    }
+    int32_t nranks = 0, rank = 0;
+    if (comm_shape(comm, &nranks, &rank) && (nranks != c.nranks || rank != c.rank)) {
+      if (group) real_as<GroupFn>(Fn::ncclGroupEnd)();
+      return Error(FOUNDRY_ERR_MISMATCH, "NCCL communicator " + std::to_string(c.comm) + " (in the order of creation) has " +
+                                         std::to_string(nranks) + " ranks with this process as rank " + std::to_string(rank) +
+                                         "; at SAVE it had " + std::to_string(c.nranks) + " with rank " + std::to_string(c.rank) +
+                                         ": communicators are created in another order than at SAVE");
     }
     int r = call_one(c, comm, stream);
     if (r != kSuccess && first_error == kSuccess) first_error = r;

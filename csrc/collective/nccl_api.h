@@ -17,6 +17,7 @@ using Comm = void*;
 constexpr int kSuccess = 0;
 constexpr int kSystemError = 2;   // ncclSystemError: the real library could not be found
 constexpr int kInvalidUsage = 5;  // ncclInvalidUsage
+constexpr int kInProgress = 7;    // ncclInProgress: a non-blocking communicator being created
 
 struct UniqueId {
   char internal[128];
@@ -38,17 +39,27 @@ using CommInitAllFn = int (*)(Comm*, int, const int*);
 using CommSplitFn = int (*)(Comm, int, int, Comm*, void*);
 using CommInitRankScalableFn = int (*)(Comm*, int, int, int, UniqueId*, void*);
 
-// Entry points by name, in one list shared by the resolver and the interposer's dlsym answer.
+using SendFn = int (*)(const void*, size_t, int, int, Comm, CUstream);
+using RecvFn = int (*)(void*, size_t, int, int, Comm, CUstream);
+using CommFn = int (*)(Comm);
+using CommQueryFn = int (*)(Comm, int*);
+
+// The entry points Foundry interposes, by name, in one list shared by the resolver, the exported
+// handlers and the interposer's dlsym answer. ncclSend / ncclRecv are interposed only to mark a
+// group that holds them: such a launch is not recorded, so SAVE refuses its kernels.
 #define FOUNDRY_NCCL_FUNCTIONS(X)                                                                        \
   X(ncclAllReduce, AllReduceFn) X(ncclAllGather, AllGatherFn) X(ncclReduceScatter, ReduceScatterFn)     \
   X(ncclBroadcast, BroadcastFn) X(ncclReduce, ReduceFn) X(ncclGroupStart, GroupFn) X(ncclGroupEnd, GroupFn) \
   X(ncclCommInitRank, CommInitRankFn) X(ncclCommInitRankConfig, CommInitRankConfigFn)                    \
   X(ncclCommInitAll, CommInitAllFn) X(ncclCommSplit, CommSplitFn)                                         \
-  X(ncclCommInitRankScalable, CommInitRankScalableFn)
+  X(ncclCommInitRankScalable, CommInitRankScalableFn) X(ncclSend, SendFn) X(ncclRecv, RecvFn)            \
+  X(ncclCommDestroy, CommFn) X(ncclCommAbort, CommFn)
+// Called, never interposed: what SAVE records about a communicator and LOAD checks.
+#define FOUNDRY_NCCL_QUERIES(X) X(ncclCommCount, CommQueryFn) X(ncclCommUserRank, CommQueryFn)
 
 enum class Fn : int {
 #define FOUNDRY_NCCL_ENUM(name, type) name,
-  FOUNDRY_NCCL_FUNCTIONS(FOUNDRY_NCCL_ENUM)
+  FOUNDRY_NCCL_FUNCTIONS(FOUNDRY_NCCL_ENUM) FOUNDRY_NCCL_QUERIES(FOUNDRY_NCCL_ENUM)
 #undef FOUNDRY_NCCL_ENUM
       kCount
 };
@@ -62,7 +73,13 @@ T real_as(Fn fn) {
 // The index of an interposed name, or -1. Used by the dlsym answer, which also hands over the
 // real function it found (`found`), so a library opened with RTLD_LOCAL is reachable too.
 int index_of(const char* name);
-void remember_real(int index, void* found);
+// Makes `found` the real function of interposed entry point `index` unless another one already
+// is; true when `found` is (now) the one Foundry calls. A second libnccl in the process is not
+// interposed: its communicators must never reach the first library.
+bool remember_real(int index, void* found);
+
+// The communicator's size and this process's rank in it; false when NCCL cannot say.
+bool comm_shape(Comm comm, int32_t* nranks, int32_t* rank);
 
 // Makes one recorded call with the real NCCL, on `stream` (the calls of a group between
 // ncclGroupStart and ncclGroupEnd).

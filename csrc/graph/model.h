@@ -82,6 +82,7 @@ struct CollectiveCall {
   uint32_t comm = 0;  // communicator ordinal: its place in the process's order of creation
   uint64_t send = 0, recv = 0, count = 0;
   int32_t dtype = 0, redop = 0, root = 0;
+  int32_t nranks = 0, rank = 0;  // the communicator's size and this process's rank in it
 };
 
 // A kernel node NCCL added for a launch (one call, or the calls of one group).

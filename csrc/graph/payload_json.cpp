@@ -102,7 +102,7 @@ Value memcpy_value(const MemcpyNode& m) {
 template <typename C, typename U, typename I>
 void for_each_call_field(C& c, U&& u, I&& i) {
   u("op", c.op), u("comm", c.comm), u("send", c.send), u("recv", c.recv), u("count", c.count);
-  i("dtype", c.dtype), i("redop", c.redop), i("root", c.root);
+  i("dtype", c.dtype), i("redop", c.redop), i("root", c.root), i("nranks", c.nranks), i("rank", c.rank);
 }
 
 Value collective_value(const CollectiveNode& c) {
@@ -390,6 +390,7 @@ bool read_collective(Ctx& c, const Value* v, const std::string& path, Collective
     CollectiveCall x;
     for_each_call_field(x, [&](const char* key, auto& f) { call.u(key, &f); },
                         [&](const char* key, int32_t& f) { call.i32(key, &f); });
+    if (x.op > 4) c.fail(call.at("op"), "unknown collective operation " + std::to_string(x.op));
     if (call.finish()) out->calls.push_back(x);
   }
   if (c.ok() && out->calls.empty()) return c.fail(o.at("calls"), "a collective node needs at least one call");

@@ -151,8 +151,10 @@ Result<const Reader::FunctionInfo*> Reader::function_info(CUfunction func, CUker
   return static_cast<const FunctionInfo*>(&inserted.first->second);
 }
 
+// NCCL's device kernels: ncclDevKernel_*, ncclSymkDevKernel_* (symmetric memory), older ncclKernel_*.
 static bool is_nccl_kernel(const std::string& name) {
-  return name.find("ncclDevKernel") != std::string::npos || name.find("ncclKernel") != std::string::npos;
+  size_t at = name.find("nccl");
+  return at != std::string::npos && name.find("Kernel", at) != std::string::npos;
 }
 
 Status Reader::read_collective(CUgraphNode node, const std::string& where, CollectiveNode* c, ReadGraph* acc) {
@@ -164,9 +166,8 @@ Status Reader::read_collective(CUgraphNode node, const std::string& where, Colle
   c->name = name ? name : "";
   std::string at = where + " (NCCL " + nccl::op_name(c->calls.front().op) + ", kernel " + c->name + ")";
   if (!is_nccl_kernel(c->name)) {
-    // A recorded node handle the driver has since reused for another graph's kernel.
-    *c = CollectiveNode{};
-    return Status::Ok();
+    return Error(FOUNDRY_ERR_UNSUPPORTED, at + ": the NCCL launch added a kernel that is not NCCL's; Foundry cannot "
+                                               "say what makes it again at LOAD");
   }
   // NCCL's own parameters (its communicator, channels, work) are process-local: LOAD gets them
   // from the live NCCL. The buffers the calls name must be reproducible like any other pointer.
@@ -255,10 +256,10 @@ Status Reader::read_into(CUgraph graph, const std::string& label, int depth, Gra
     Node& node = out->nodes[i];
     switch (t) {
       case CU_GRAPH_NODE_TYPE_KERNEL:
-        if (CollectiveLog::instance().find(nodes[i], &node.collective)) {
+        if (CollectiveLog::instance().find(graph, nodes[i], &node.collective)) {
           node.kind = NodeKind::kCollective;
           FOUNDRY_RETURN_IF_ERROR(read_collective(nodes[i], where, &node.collective, acc));
-          if (!node.collective.calls.empty()) break;
+          break;
         }
         node.kind = NodeKind::kKernel;
         FOUNDRY_RETURN_IF_ERROR(read_kernel(nodes[i], where, &node.kernel, acc));

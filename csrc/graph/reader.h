@@ -39,8 +39,7 @@ class Reader {
  private:
   Status read_into(CUgraph graph, const std::string& label, int depth, GraphModel* out, ReadGraph* acc);
   Status read_kernel(CUgraphNode node, const std::string& where, KernelNode* k, ReadGraph* acc);
-  // A kernel node an interposed NCCL launch added (c holds the launch). Leaves c empty when the
-  // node is not NCCL's after all (a reused node handle).
+  // A kernel node an interposed NCCL launch added (c holds the launch).
   Status read_collective(CUgraphNode node, const std::string& where, CollectiveNode* c, ReadGraph* acc);
   // param_offset: the word's offset in the kernel's parameters, or -1 for a copy/memset address.
   Status audit(uint64_t value, const std::string& where, int64_t param_offset, ReadGraph* acc);

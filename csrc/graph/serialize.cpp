@@ -209,7 +209,7 @@ Status read_memcpy(ByteReader& r, MemcpyNode* m) {
   return r.status("memcpy node");
 }
 
-constexpr size_t kCallBytes = 4 * 2 + 8 * 3 + 4 * 3;
+constexpr size_t kCallBytes = 4 * 2 + 8 * 3 + 4 * 5;
 constexpr uint32_t kMaxCollectiveOp = 4;  // CollectiveOp's last value (collective/nccl_api.h)
 
 // The launch's calls (the node's kernel index and NCCL's kernel name are written by the caller).
@@ -224,6 +224,8 @@ void write_calls(ByteWriter& w, const std::vector<CollectiveCall>& calls) {
     put_i32(w, c.dtype);
     put_i32(w, c.redop);
     put_i32(w, c.root);
+    put_i32(w, c.nranks);
+    put_i32(w, c.rank);
   }
 }
 
@@ -241,6 +243,8 @@ Status read_calls(ByteReader& r, std::vector<CollectiveCall>* calls) {
     get_i32(r, &c.dtype);
     get_i32(r, &c.redop);
     get_i32(r, &c.root);
+    get_i32(r, &c.nranks);
+    get_i32(r, &c.rank);
     if (!r.ok()) return r.status("collective call");
     if (c.op > kMaxCollectiveOp) return format_error("collective call: unknown operation " + std::to_string(c.op));
   }

@@ -143,7 +143,7 @@ bool memcpys_equal(const MemcpyNode& a, const MemcpyNode& b) {
 
 bool calls_equal(const CollectiveCall& a, const CollectiveCall& b) {
   return a.op == b.op && a.comm == b.comm && a.send == b.send && a.recv == b.recv && a.count == b.count &&
-         a.dtype == b.dtype && a.redop == b.redop && a.root == b.root;
+         a.dtype == b.dtype && a.redop == b.redop && a.root == b.root && a.nranks == b.nranks && a.rank == b.rank;
 }
 
 bool collectives_equal(const CollectiveNode& a, const CollectiveNode& b) {

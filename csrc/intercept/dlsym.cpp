@@ -40,6 +40,10 @@ __attribute__((noinline)) void* nccl_dlsym(void* handle, const char* name) {
 
 FOUNDRY_EXPORT void* dlsym(void* handle, const char* name) {
   if (name[0] == 'c' && name[1] == 'u') return cuda_dlsym(handle, name);
-  if (name[0] == 'n' && name[1] == 'c' && name[2] == 'c' && name[3] == 'l') return nccl_dlsym(handle, name);
+  // Only lookups in an explicit library handle (ctypes): RTLD_NEXT / RTLD_DEFAULT lookups go to
+  // glibc as they are, so another NCCL wrapper's RTLD_NEXT still finds what follows it.
+  if (name[0] == 'n' && name[1] == 'c' && name[2] == 'c' && name[3] == 'l' && handle != RTLD_NEXT &&
+      handle != RTLD_DEFAULT)
+    return nccl_dlsym(handle, name);
   return foundry::glibc_dlsym()(handle, name);
 }

@@ -64,9 +64,12 @@ std::vector<CUgraphNode> added_kernels(const Snapshot& s) {
   return out;
 }
 
-// The calls made between ncclGroupStart and the matching ncclGroupEnd on this thread.
+// The calls made between ncclGroupStart and the matching ncclGroupEnd on this thread. A group
+// that also holds a call Foundry does not record (ncclSend, ncclRecv) is not recorded at all:
+// its kernels would not be what the recorded calls make.
 struct GroupState {
   int depth = 0;
+  bool unrecorded = false;
   std::vector<CollectiveCall> calls;
   CUstream stream = nullptr;
 };
@@ -82,7 +85,7 @@ int launch(const CollectiveCall& call, CUstream stream, F&& real) {
   Snapshot s;
   bool capturing = snapshot(stream, &s);
   int r = real();
-  if (capturing && r == nccl::kSuccess) CollectiveLog::instance().record(added_kernels(s), {call});
+  if (capturing && r == nccl::kSuccess) CollectiveLog::instance().record(s.graph, added_kernels(s), {call});
   return r;
 }
 
@@ -95,6 +98,7 @@ CollectiveCall make_call(CollectiveOp op, const void* send, void* recv, size_t c
   c.recv = reinterpret_cast<uint64_t>(recv);
   c.count = count;
   c.dtype = dtype, c.redop = redop, c.root = root;
+  nccl::comm_shape(comm, &c.nranks, &c.rank);
   return c;
 }
 
@@ -104,8 +108,10 @@ T real_or_null(Fn fn) {
 }
 
 int created(int r, Comm* comm) {
-  // Non-blocking communicators return ncclInProgress with the handle already set.
-  if (comm != nullptr && *comm != nullptr) CollectiveLog::instance().add_comm(*comm);
+  // Non-blocking communicators return ncclInProgress with the handle already set; on failure
+  // NCCL may not have written it at all.
+  bool made = r == nccl::kSuccess || r == nccl::kInProgress;
+  if (made && comm != nullptr && *comm != nullptr) CollectiveLog::instance().add_comm(*comm);
   return r;
 }
 
@@ -148,22 +154,38 @@ FOUNDRY_EXPORT int ncclReduce(const void* send, void* recv, size_t count, int dt
                 [&] { return real_fn(send, recv, count, dtype, op, root, comm, s); });
 }
 
+FOUNDRY_EXPORT int ncclSend(const void* send, size_t count, int dtype, int peer, Comm comm, CUstream s) {
+  FOUNDRY_NCCL_REAL(ncclSend, SendFn)
+  if (group.depth > 0) group.unrecorded = true;
+  return real_fn(send, count, dtype, peer, comm, s);
+}
+
+FOUNDRY_EXPORT int ncclRecv(void* recv, size_t count, int dtype, int peer, Comm comm, CUstream s) {
+  FOUNDRY_NCCL_REAL(ncclRecv, RecvFn)
+  if (group.depth > 0) group.unrecorded = true;
+  return real_fn(recv, count, dtype, peer, comm, s);
+}
+
 FOUNDRY_EXPORT int ncclGroupStart() {
   FOUNDRY_NCCL_REAL(ncclGroupStart, GroupFn)
-  ++group.depth;
-  return real_fn();
+  int r = real_fn();
+  if (r == nccl::kSuccess) ++group.depth;
+  return r;
 }
 
 FOUNDRY_EXPORT int ncclGroupEnd() {
   FOUNDRY_NCCL_REAL(ncclGroupEnd, GroupFn)
   if (group.depth > 0) --group.depth;
-  if (group.depth > 0 || group.calls.empty()) return real_fn();
+  if (group.depth > 0) return real_fn();
   std::vector<CollectiveCall> calls = std::move(group.calls);
-  group.calls.clear();
+  bool unrecorded = group.unrecorded;
+  CUstream stream_of_group = group.stream;
+  group = GroupState{};
+  if (calls.empty() || unrecorded) return real_fn();
   Snapshot s;
-  bool capturing = snapshot(group.stream, &s);
+  bool capturing = snapshot(stream_of_group, &s);
   int r = real_fn();
-  if (capturing && r == nccl::kSuccess) CollectiveLog::instance().record(added_kernels(s), std::move(calls));
+  if (capturing && r == nccl::kSuccess) CollectiveLog::instance().record(s.graph, added_kernels(s), std::move(calls));
   return r;
 }
 
@@ -190,6 +212,18 @@ FOUNDRY_EXPORT int ncclCommInitAll(Comm* comms, int ndev, const int* devlist) {
   return r;
 }
 
+FOUNDRY_EXPORT int ncclCommDestroy(Comm comm) {
+  FOUNDRY_NCCL_REAL(ncclCommDestroy, CommFn)
+  CollectiveLog::instance().remove_comm(comm);
+  return real_fn(comm);
+}
+
+FOUNDRY_EXPORT int ncclCommAbort(Comm comm) {
+  FOUNDRY_NCCL_REAL(ncclCommAbort, CommFn)
+  CollectiveLog::instance().remove_comm(comm);
+  return real_fn(comm);
+}
+
 FOUNDRY_EXPORT int ncclCommSplit(Comm comm, int color, int key, Comm* newcomm, void* config) {
   FOUNDRY_NCCL_REAL(ncclCommSplit, CommSplitFn)
   return created(real_fn(comm, color, key, newcomm, config), newcomm);
@@ -205,8 +239,8 @@ void* nccl_handler_for_symbol(const char* name, void* found) {
   };
   int i = nccl::index_of(name);
   if (i < 0 || found == nullptr || found == handlers[i]) return found;
-  nccl::remember_real(i, found);
-  return handlers[i];
+  // A second libnccl (another copy than the one Foundry calls) answers for itself.
+  return nccl::remember_real(i, found) ? handlers[i] : found;
 }
 
 }  // namespace foundry

@@ -96,6 +96,8 @@ Node collective_node(uint64_t count, uint32_t kernel) {
   c.dtype = 9;
   c.redop = 0;
   c.root = -1;
+  c.nranks = 2;
+  c.rank = 1;
   n.collective.calls = {c, c};
   return n;
 }

@@ -76,7 +76,7 @@ Payload sample() {
   coll.collective.kernel = 1;
   CollectiveCall call;
   call.op = 2, call.comm = 3, call.send = 0x600000001000ull, call.recv = 0x600000002000ull, call.count = 1ull << 33;
-  call.dtype = 9, call.redop = 0, call.root = -1;
+  call.dtype = 9, call.redop = 0, call.root = -1, call.nranks = 8, call.rank = 7;
   coll.collective.calls = {call};
   t.nodes.push_back(coll);
   t.edges = {Edge{0, 1, 0, 0, 0}, Edge{1, 2, 0, 0, 1}, Edge{2, 3, 1, 0, 0}, Edge{3, 4, 0, 0, 0}, Edge{4, 5, 0, 0, 0}};

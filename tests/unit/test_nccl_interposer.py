@@ -92,3 +92,22 @@ def test_without_the_preload_the_library_answers_for_itself(fake_nccl):
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not out["interposed"] and out["calls"] == 1 and out["count"] == 123456789
+
+
+def test_a_second_libnccl_answers_for_itself(fake_nccl, tmp_path):
+    """Communicators of one copy must never reach another: only the first copy is interposed."""
+    second = tmp_path / "other" / "libnccl.so.2"
+    second.parent.mkdir()
+    shutil.copy(fake_nccl, second)
+    program = textwrap.dedent("""
+        import ctypes, json, sys
+        addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value
+        first, second, foundry = (ctypes.CDLL(p) for p in sys.argv[1:4])
+        print(json.dumps({"first": addr(first.ncclAllReduce) == addr(foundry.ncclAllReduce),
+                          "second": addr(second.ncclAllReduce) == addr(foundry.ncclAllReduce)}))
+    """)
+    env = preload_environment()
+    proc = subprocess.run([sys.executable, "-c", program, str(fake_nccl), str(second), env["LD_PRELOAD"].split()[0]],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"first": True, "second": False}
