@@ -861,9 +861,10 @@ def test_load_falls_back_when_the_kv_cache_differs(worker_env):
 
 @pytest.fixture
 def tp_peer(monkeypatch, fake_torch):
-    """torch.distributed and vLLM's tensor-parallel group for a rank whose one peer answers
-    ``peer["restored"]``; ``peer["calls"]`` records each agreement (this rank's flag, group)."""
-    peer = {"restored": True, "calls": []}
+    """torch.distributed and vLLM's tensor-parallel group for a rank whose one peer answers the
+    agreements in turn from ``peer["answers"]`` (True once they run out); ``peer["calls"]``
+    records each agreement as (this rank's answer, group)."""
+    peer = {"answers": [], "calls": []}
 
     class Flag:
         def __init__(self, values):
@@ -875,7 +876,8 @@ def tp_peer(monkeypatch, fake_torch):
     def all_reduce(flag, op, group):
         assert op == "min"
         peer["calls"].append((flag.value, group))
-        flag.value = min(flag.value, int(peer["restored"]))
+        answer = peer["answers"].pop(0) if peer["answers"] else True
+        flag.value = min(flag.value, int(answer))
 
     fake_torch.tensor = lambda values, dtype=None: Flag(values)
     fake_torch.int32 = "int32"
@@ -885,32 +887,42 @@ def tp_peer(monkeypatch, fake_torch):
     fake_torch.distributed = dist
     monkeypatch.setitem(sys.modules, "torch.distributed", dist)
     state_mod = types.ModuleType("vllm.distributed.parallel_state")
-    state_mod.get_tp_group = lambda: types.SimpleNamespace(cpu_group="tp-cpu-group", world_size=2)
+    state_mod.get_tp_group = lambda: types.SimpleNamespace(cpu_group="tp", world_size=2)
     monkeypatch.setitem(sys.modules, "vllm.distributed", types.ModuleType("vllm.distributed"))
     monkeypatch.setitem(sys.modules, "vllm.distributed.parallel_state", state_mod)
     monkeypatch.setenv("VLLM_ALLREDUCE_USE_SYMM_MEM", "1")
     return peer
 
 
-def test_tensor_parallel_load_commits_only_when_every_rank_restored(worker_env, fake_vllm, tp_peer):
+def _fallbacks(log) -> list[str]:
+    return [e[1] for e in log if isinstance(e, tuple) and e[0] == "fallback"]
+
+
+def test_tensor_parallel_ranks_load_together_or_fall_back_together(worker_env, fake_vllm, tp_peer):
     worker_env("save")
     names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
     cg = fake_vllm["vllm.v1.worker.gpu.cudagraph_utils"]
-    tp2 = lambda: fake_config(**{"compilation_config.cudagraph_mode": cg.CUDAGraphMode.FULL_DECODE_ONLY,  # noqa: E731
-                                 "parallel_config.tensor_parallel_size": 2})
-    log, session, worker, _, _ = worker_env("load", state=state, archive_names=names, config=tp2())
-    assert tp_peer["calls"] == [(1, "tp-cpu-group")] and session.mode is Mode.LOAD and "save" not in log
+    tp2 = fake_config(**{"compilation_config.cudagraph_mode": cg.CUDAGraphMode.FULL_DECODE_ONLY,
+                         "parallel_config.tensor_parallel_size": 2})
 
-    tp_peer["restored"], tp_peer["calls"] = False, []
-    log, session, worker, _, _ = worker_env("load", state=state, archive_names=names, config=tp2())
-    fallback = [e for e in log if isinstance(e, tuple) and e[0] == "fallback"]
-    assert fallback and "another tensor-parallel rank could not restore" in fallback[0][1]
-    assert tp_peer["calls"] == [(1, "tp-cpu-group")] and session.mode is Mode.SAVE and "save" in log
+    def load(answers, archive_names=names):
+        tp_peer["answers"], tp_peer["calls"] = list(answers), []
+        return worker_env("load", state=state, archive_names=archive_names, config=tp2)
 
-    # A rank that cannot restore still takes part, once, saying so.
-    tp_peer["restored"], tp_peer["calls"] = True, []
-    worker_env("load", state=state, archive_names=names[:-1], config=tp2())
-    assert tp_peer["calls"] == [(0, "tp-cpu-group")]
+    # Both agreements (the KV cache's memory, then the restore) pass: the graphs are restored.
+    log, session, *_ = load([])
+    assert tp_peer["calls"] == [(1, "tp"), (1, "tp")] and session.mode is Mode.LOAD and not _fallbacks(log)
+    # The peer cannot restore: this rank captures too.
+    log, session, *_ = load([True, False])
+    assert tp_peer["calls"] == [(1, "tp"), (1, "tp")] and session.mode is Mode.SAVE and "save" in log
+    assert "another tensor-parallel rank could not restore" in _fallbacks(log)[0]
+    # The peer lacks the memory: both profile (SAVE) from the start; no restore agreement follows.
+    log, session, *_ = load([False])
+    assert tp_peer["calls"] == [(1, "tp")] and "profile_run" in log
+    assert "another tensor-parallel rank lacks the free memory" in _fallbacks(log)[0]
+    # A rank that cannot restore still answers, once, saying so.
+    load([], archive_names=names[:-1])
+    assert tp_peer["calls"] == [(1, "tp"), (0, "tp")]
 
 
 def test_unsupported_configuration_is_refused_before_the_device(worker_env, fake_vllm):

@@ -44,7 +44,7 @@ from foundry_core.engine.capture import (
 )
 from foundry_core.errors import MismatchError
 
-from vllm_foundry import modes, patching, runtime, seams
+from vllm_foundry import modes, patching, ranks, runtime
 from vllm_foundry.runtime import Phase
 
 logger = logging.getLogger("foundry.vllm")
@@ -143,71 +143,64 @@ def _capture_and_save(rt: runtime.WorkerRuntime, manager: Any, original: Callabl
 # ---- LOAD ----------------------------------------------------------------------------------------
 
 
-def peers_restored(rt: runtime.WorkerRuntime, restored: bool) -> bool:
-    """Whether every tensor-parallel rank restored its graphs (``restored`` is this rank's answer).
-
-    The graphs' NCCL launches must match across ranks: if one rank captures (its warmup and capture
-    run collectives) while another restored, they wait on each other forever. So LOAD commits only
-    when all ranks can, agreed on the group's CPU (gloo) communicator; every LOAD outcome takes part.
-    """
-    if int(modes.config_value(rt.adapter.config, "parallel_config", "tensor_parallel_size", default=1) or 1) <= 1:
-        return restored
-    import torch
-    import torch.distributed as dist
-
-    _, _, get_tp_group = patching.resolve(seams.BY_NAME["parallel.tp_group"])
-    flag = torch.tensor([1 if restored else 0], dtype=torch.int32)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=get_tp_group().cpu_group)
-    return bool(flag.item())
-
-
-def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., Any],
-             factory: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+def _check_restorable(rt: runtime.WorkerRuntime, manager: Any, archive: Any, original: Callable[..., Any],
+                      factory: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[Any, str | None]:
+    """Runs vLLM's capture loop with neutralised forwards (placeholders for every graph) and checks
+    the archive against it. Returns (the loop's result, None) or (None, why it cannot be used)."""
     recorded = rt.recorded_adapter_state()
-    instantiate, threads = runtime.instantiate_mode()
-    restored = rt.load_archive(instantiate, threads)
-    if restored is None:
-        peers_restored(rt, False)
-        return _FALLBACK
-    archive, loaded = restored
     by_name = {g.name: g for g in archive}
     expected = expected_names(manager)
     if expected is not None and set(expected) != set(by_name):
         missing = sorted(set(expected) - set(by_name))
         extra = sorted(set(by_name) - set(expected))
-        rt.fall_back(MismatchError(f"vLLM wants {len(expected)} graphs, the archive holds {len(by_name)} (missing "
-                                   f"{missing[:3]}, unexpected {extra[:3]})"))
-        peers_restored(rt, False)
-        return _FALLBACK
+        return None, (f"vLLM wants {len(expected)} graphs, the archive holds {len(by_name)} (missing "
+                      f"{missing[:3]}, unexpected {extra[:3]})")
     layout = recorded.get("outputs", {}) if isinstance(recorded, Mapping) else {}
     want_aux = bool(getattr(manager, "use_aux_hidden_state_outputs", False))
     have_aux = int(layout.get("aux_hidden_states", 0) or 0) > 0 if isinstance(layout, Mapping) else False
     if want_aux != have_aux:
-        rt.fall_back(MismatchError(f"vLLM {'wants' if want_aux else 'does not want'} auxiliary hidden states; the "
-                                   f"archive {'holds' if have_aux else 'does not hold'} them"))
-        peers_restored(rt, False)
-        return _FALLBACK
+        return None, (f"vLLM {'wants' if want_aux else 'does not want'} auxiliary hidden states; the "
+                      f"archive {'holds' if have_aux else 'does not hold'} them")
 
     observed: dict[str, dict[str, int]] = {}
     with neutralised():
         result = original(manager, observing(factory, observed, quiet=True), *args, **kwargs)
-    placeholders = list(manager.graphs)
-    problem = None
-    missing = [graph_name(d) for d in placeholders if graph_name(d) not in by_name]
+    missing = [graph_name(d) for d in manager.graphs if graph_name(d) not in by_name]
     if missing:
-        problem = f"the archive has no graph for {missing[:3]}"
-    elif runtime.env_flag(runtime.CHECK_METADATA_ENV):
+        return None, f"restored graphs cannot be used: the archive has no graph for {missing[:3]}"
+    if runtime.env_flag(runtime.CHECK_METADATA_ENV):
         saved_addresses = recorded.get("attention_addresses") if isinstance(recorded, Mapping) else None
         if isinstance(saved_addresses, Mapping):
             problem = address_mismatch(saved_addresses, observed)
-    if not peers_restored(rt, problem is None) and problem is None:
-        problem = "another tensor-parallel rank could not restore its graphs, so every rank captures"
+            if problem is not None:
+                return None, f"restored graphs cannot be used: {problem}"
+    return result, None
+
+
+def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., Any],
+             factory: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    instantiate, threads = runtime.instantiate_mode()
+    # Every tensor-parallel rank answers exactly once, whatever happens here (ranks.py).
+    try:
+        restored = rt.load_archive(instantiate, threads)
+        if restored is None:  # the session fell back already (and logged why)
+            ranks.all_ranks(rt, False)
+            return _FALLBACK
+        archive, loaded = restored
+        result, problem = _check_restorable(rt, manager, archive, original, factory, args, kwargs)
+    except BaseException:
+        ranks.all_ranks(rt, False)
+        raise
+    if not ranks.all_ranks(rt, problem is None) and problem is None:
+        problem = "restored graphs cannot be used: another tensor-parallel rank could not restore its graphs"
     if problem is not None:
         manager.graphs.clear()
         manager._graphs_captured = False
-        rt.fall_back(MismatchError(f"restored graphs cannot be used: {problem}"))
+        rt.fall_back(MismatchError(problem))
         return _FALLBACK
 
+    by_name = {g.name: g for g in archive}
+    placeholders = list(manager.graphs)
     for desc in placeholders:
         manager.graphs[desc] = by_name[graph_name(desc)]
     if placeholders:

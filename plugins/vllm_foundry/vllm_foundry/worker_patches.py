@@ -29,7 +29,7 @@ from typing import Any
 from foundry_core.engine import Mode, preload_active, resolve_settings
 from foundry_core.errors import MismatchError, StateError
 
-from vllm_foundry import modes, patching, runtime
+from vllm_foundry import modes, patching, ranks, runtime
 from vllm_foundry.runtime import Phase
 
 logger = logging.getLogger("foundry.vllm")
@@ -117,8 +117,11 @@ def wrap_determine_available_memory(original: Callable[..., Any]) -> Callable[..
             assert state is not None
             kv_bytes = state.kv_cache_bytes
             free = rt.device.free_memory()
-            if free < kv_bytes:
-                rt.fall_back(MismatchError(f"the GPU has {free} bytes free, the archive's KV cache needs {kv_bytes}"))
+            # A rank that falls back profiles (forwards with collectives): all ranks must, together.
+            if not ranks.all_ranks(rt, free >= kv_bytes):
+                rt.fall_back(MismatchError(
+                    f"the GPU has {free} bytes free, the archive's KV cache needs {kv_bytes}" if free < kv_bytes
+                    else "another tensor-parallel rank lacks the free memory for the archive's KV cache"))
             else:
                 rt.skipped("memory profiling (profile_run, CUDA-graph memory estimate)")
                 self.available_kv_cache_memory_bytes = kv_bytes
