@@ -35,6 +35,8 @@ IMAGES_DIR = "images"
 IMAGE_FILE = re.compile(r"([0-9a-f]{16})\.fimg")
 RANK_DIR = re.compile(r"rank(\d+)")
 EDGE_TYPES = {0: "full", 1: "programmatic"}
+# CollectiveCall::op (csrc/collective/nccl_api.h).
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 # CU_GRAPH_KERNEL_NODE_PORT_*: where in the upstream kernel a dependency triggers.
 EDGE_PORTS = {0: "default", 1: "programmatic", 2: "launch-order"}
 SUMMARY_GRAPH_ROWS = 20  # graphs listed in the table; --json lists them all
@@ -210,6 +212,7 @@ def summarize_view(view: ArchiveView) -> dict:
     payload = view.payload
     nodes_by_kind: Counter[str] = Counter()
     kernels_by_image: Counter[str] = Counter()
+    collectives: Counter[tuple[str, int, int, int]] = Counter()
     graphs = []
     for g in all_graphs(payload):
         count = 0
@@ -218,6 +221,9 @@ def summarize_view(view: ArchiveView) -> dict:
             nodes_by_kind[n["kind"]] += 1
             if n["kind"] == "kernel":
                 kernels_by_image[n["kernel"]["image"]] += 1
+            elif n["kind"] == "collective":
+                for call in n["collective"]["calls"]:
+                    collectives[(collective_op(call["op"]), call["comm"], call["nranks"], call["rank"])] += 1
         graphs.append({"name": g["name"], "template": g["template"], "nodes": count})
     for g, member in zip(graphs, payload["members"]):
         g["delta_nodes"] = len(member["delta"])
@@ -237,6 +243,8 @@ def summarize_view(view: ArchiveView) -> dict:
         "graphs": graphs,
         "nodes_by_kind": dict(sorted(nodes_by_kind.items())),
         "kernels_by_image": by_image,
+        "collectives": [{"op": op, "comm": comm, "nranks": nranks, "rank": rank, "calls": n}
+                        for (op, comm, nranks, rank), n in sorted(collectives.items())],
         "images": images,
         "region": {"base": m["region"]["base"], "size": m["region"]["size"], "high_water": m["region"]["high_water"]},
         "payload_size": disk_size(view.directory / m["payload"]),
@@ -305,6 +313,10 @@ def graph_detail(view: ArchiveView, index: int) -> dict:
     return {"rank": view.rank, "index": index, **annotate(g)}
 
 
+def collective_op(op: int) -> str:
+    return COLLECTIVE_OPS[op] if 0 <= op < len(COLLECTIVE_OPS) else f"op {op}"
+
+
 def _dim(v: list[int]) -> str:
     return "x".join(str(x) for x in v)
 
@@ -328,6 +340,11 @@ def describe_node(n: dict) -> str:
         return f"{kind}  event {n['event']}"
     if kind == "child_graph":
         return f"child_graph  child {n['child']}"
+    if kind == "collective":
+        c = n["collective"]
+        calls = ", ".join(f"{collective_op(x['op'])} of {x['count']} (dtype {x['dtype']}) send={x['send']:#x} "
+                          f"recv={x['recv']:#x} comm {x['comm']} rank {x['rank']}/{x['nranks']}" for x in c["calls"])
+        return f"collective  NCCL {calls}  kernel {c['kernel']}: {c.get('demangled', c['name'])}"
     return kind
 
 
@@ -393,6 +410,11 @@ def _render_rank(s: dict, console: Any) -> None:
     console.print(_table("kernels by image", ["image", "kernel nodes", "kind", "size"],
                          [[r["image"], str(r["kernel_nodes"]), r["kind"] or "missing", human_size(r["size"])]
                           for r in s["kernels_by_image"]]))
+    if s["collectives"]:
+        console.print(_table("NCCL collectives (LOAD makes these calls again)",
+                             ["operation", "communicator", "rank", "calls"],
+                             [[c["op"], str(c["comm"]), f"{c['rank']} of {c['nranks']}", str(c["calls"])]
+                              for c in s["collectives"]]))
     console.print(_table("images", ["hash", "kind", "loader", "size", "file size", "entries"],
                          [[r["hash"], r.get("kind", "unreadable"), r.get("loader", "-"), human_size(r.get("size")),
                            human_size(r["file_size"]), str(r.get("entries", "-"))] for r in s["images"]]))

@@ -227,6 +227,31 @@ def test_inspect_graph_applies_the_delta(archive, capsys):
     assert code == 0 and detail["index"] == 1 and detail["nodes"][2]["kernel"]["grid"] == [16, 1, 1]
 
 
+def _collective(count: int) -> dict:
+    call = {"op": 0, "comm": 1, "send": REGION_BASE + 4096, "recv": REGION_BASE + 4096, "count": count, "dtype": 9,
+            "redop": 0, "root": 0, "nranks": 2, "rank": 1}
+    return {"kind": "collective", "collective": {"name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "kernel": 0,
+                                                 "calls": [call]}}
+
+
+def test_inspect_shows_nccl_collectives(archive, capsys, wide):
+    doc = payload_doc()
+    decode = doc["templates"][0]
+    last = len(decode["nodes"])
+    decode["nodes"].append(_collective(4096))
+    decode["edges"].append(edge(last - 1, last))
+    doc["members"][1]["delta"].append({"node": last, "value": _collective(8192)})
+    write_payload(archive / "graphs.fgr", doc)
+    (rank,) = summarize(archive)["ranks"]
+    assert rank["nodes_by_kind"]["collective"] == 2
+    assert rank["collectives"] == [{"op": "all_reduce", "comm": 1, "nranks": 2, "rank": 1, "calls": 2}]
+    code, out, _ = run_cli(capsys, "inspect", str(archive))
+    assert code == 0 and "NCCL collectives" in out and "1 of 2" in out
+    code, out, _ = run_cli(capsys, "inspect", str(archive), "--graph", "bs=2")
+    line = next(ln for ln in out.splitlines() if "collective" in ln)
+    assert "NCCL all_reduce of 8192 (dtype 9)" in line and "comm 1 rank 1/2" in line and "AllReduce" in line
+
+
 def test_inspect_unknown_graph_is_an_error(archive, capsys):
     code, _, err = run_cli(capsys, "inspect", str(archive), "--graph", "7")
     assert code == 1 and "no graph 7" in err
