@@ -1,5 +1,10 @@
 #include "graph/payload.h"
 
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <thread>
+
 #include "archive/bytes.h"
 #include "archive/container.h"
 #include "graph/serialize.h"
@@ -13,6 +18,55 @@ constexpr uint32_t kSectionMember = 3;
 constexpr uint32_t kSectionNames = 4;
 constexpr size_t kMaxName = 4096;
 constexpr uint32_t kMaxGraphs = 1 << 20;
+constexpr size_t kSectionsPerThread = 16;  // fewer sections than this per thread: parse serially
+
+// Runs parse(i) for every i < n, on several threads when there is enough to share (sections are
+// independent); the error of the lowest index wins, as a serial parse would report it.
+Status for_each_section(size_t n, const std::function<Status(size_t)>& parse) {
+  size_t threads = std::min<size_t>({n / kSectionsPerThread, std::max(1u, std::thread::hardware_concurrency()), 8});
+  if (threads <= 1) {
+    for (size_t i = 0; i < n; ++i) FOUNDRY_RETURN_IF_ERROR(parse(i));
+    return Status::Ok();
+  }
+  std::vector<Status> results(n);
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (size_t w = 0; w < threads; ++w) {
+    pool.emplace_back([&] {
+      for (size_t i; (i = next.fetch_add(1)) < n;) results[i] = parse(i);
+    });
+  }
+  for (std::thread& t : pool) t.join();
+  for (const Status& st : results) FOUNDRY_RETURN_IF_ERROR(st);
+  return Status::Ok();
+}
+
+Status parse_member(ByteSpan bytes, const std::vector<GraphModel>& templates, const std::string& path, size_t i,
+                    PayloadMember* out) {
+  ByteReader r(bytes);
+  PayloadMember m;
+  r.string(&m.name, kMaxName);
+  r.u32(&m.template_index);
+  Status entry = r.status("graph entry");
+  if (!entry.ok()) return Error(entry.code(), path + ": graph " + std::to_string(i) + ": " + entry.message());
+  if (m.template_index >= templates.size()) {
+    return Error(FOUNDRY_ERR_FORMAT, path + ": graph " + std::to_string(i) + " names template " +
+                                         std::to_string(m.template_index) + " of " + std::to_string(templates.size()));
+  }
+  Status ds = read_delta(r, templates[m.template_index], &m.delta);
+  if (!ds.ok()) return Error(ds.code(), path + ": graph " + std::to_string(i) + " (" + m.name + "): " + ds.message());
+  uint32_t n_refs = 0;
+  r.count32(&n_refs, 20);
+  for (uint32_t k = 0; k < n_refs && r.ok(); ++k) {
+    RegionRef ref;
+    r.u64(&ref.offset), r.u64(&ref.size), r.u32(&ref.kind);
+    m.refs.push_back(ref);
+  }
+  Status refs = r.status("graph entry region references");
+  if (!refs.ok()) return Error(refs.code(), path + ": graph " + std::to_string(i) + ": " + refs.message());
+  *out = std::move(m);
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -84,36 +138,17 @@ Result<Payload> parse_payload(const Container& c, const std::string& path) {
                                          std::to_string(n_members) + " graphs, the file holds " +
                                          std::to_string(templates.size()) + " and " + std::to_string(members.size()));
   }
-  for (const Section* s : templates) {
-    ByteReader r(c.data(*s));
-    p.templates.emplace_back();
-    Status st = read_graph(r, &p.templates.back(), 0, &names);
-    if (!st.ok()) return Error(st.code(), path + ": template " + std::to_string(p.templates.size() - 1) + ": " + st.message());
-  }
-  for (size_t i = 0; i < members.size(); ++i) {
-    ByteReader r(c.data(*members[i]));
-    PayloadMember m;
-    r.string(&m.name, kMaxName);
-    r.u32(&m.template_index);
-    Status entry = r.status("graph entry");
-    if (!entry.ok()) return Error(entry.code(), path + ": graph " + std::to_string(i) + ": " + entry.message());
-    if (m.template_index >= p.templates.size()) {
-      return Error(FOUNDRY_ERR_FORMAT, path + ": graph " + std::to_string(i) + " names template " +
-                                           std::to_string(m.template_index) + " of " + std::to_string(p.templates.size()));
-    }
-    Status ds = read_delta(r, p.templates[m.template_index], &m.delta);
-    if (!ds.ok()) return Error(ds.code(), path + ": graph " + std::to_string(i) + " (" + m.name + "): " + ds.message());
-    uint32_t n_refs = 0;
-    r.count32(&n_refs, 20);
-    for (uint32_t k = 0; k < n_refs && r.ok(); ++k) {
-      RegionRef ref;
-      r.u64(&ref.offset), r.u64(&ref.size), r.u32(&ref.kind);
-      m.refs.push_back(ref);
-    }
-    Status refs = r.status("graph entry region references");
-    if (!refs.ok()) return Error(refs.code(), path + ": graph " + std::to_string(i) + ": " + refs.message());
-    p.members.push_back(std::move(m));
-  }
+  p.templates.resize(templates.size());
+  FOUNDRY_RETURN_IF_ERROR(for_each_section(templates.size(), [&](size_t t) -> Status {
+    ByteReader r(c.data(*templates[t]));
+    Status st = read_graph(r, &p.templates[t], 0, &names);
+    if (!st.ok()) return Error(st.code(), path + ": template " + std::to_string(t) + ": " + st.message());
+    return Status::Ok();
+  }));
+  p.members.resize(members.size());
+  FOUNDRY_RETURN_IF_ERROR(for_each_section(members.size(), [&](size_t i) {
+    return parse_member(c.data(*members[i]), p.templates, path, i, &p.members[i]);
+  }));
   return p;
 }
 
