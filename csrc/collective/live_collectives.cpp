@@ -102,24 +102,30 @@ Result<CUgraphNode> LiveCollectives::kernel_locked(const CollectiveNode& node) {
   return live;
 }
 
+Status LiveCollectives::live_params(const CollectiveNode& node, CUgraphNode* live, CUDA_KERNEL_NODE_PARAMS* p) {
+  auto found = kernel_locked(node);
+  if (!found.ok()) return found.status();
+  *live = found.value();
+  *p = CUDA_KERNEL_NODE_PARAMS{};
+  return cuda_check(driver_if_open()->cuGraphKernelNodeGetParams(*live, p), "cuGraphKernelNodeGetParams (NCCL)");
+}
+
 Status LiveCollectives::add(const CollectiveNode& node, CUgraph graph, CUgraphNode* out) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto live = kernel_locked(node);
-  if (!live.ok()) return live.status();
+  CUgraphNode live = nullptr;
+  CUDA_KERNEL_NODE_PARAMS p;
+  FOUNDRY_RETURN_IF_ERROR(live_params(node, &live, &p));
   const Driver* d = driver_if_open();
-  CUDA_KERNEL_NODE_PARAMS p{};
-  FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphKernelNodeGetParams(live.value(), &p), "cuGraphKernelNodeGetParams (NCCL)"));
   FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphAddKernelNode(out, graph, nullptr, 0, &p), "cuGraphAddKernelNode (NCCL)"));
-  return cuda_check(d->cuGraphKernelNodeCopyAttributes(*out, live.value()), "cuGraphKernelNodeCopyAttributes (NCCL)");
+  return cuda_check(d->cuGraphKernelNodeCopyAttributes(*out, live), "cuGraphKernelNodeCopyAttributes (NCCL)");
 }
 
 Status LiveCollectives::apply(const CollectiveNode& node, CUgraphNode dst) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto live = kernel_locked(node);
-  if (!live.ok()) return live.status();
+  CUgraphNode live = nullptr;
+  CUDA_KERNEL_NODE_PARAMS p;
+  FOUNDRY_RETURN_IF_ERROR(live_params(node, &live, &p));
   const Driver* d = driver_if_open();
-  CUDA_KERNEL_NODE_PARAMS p{};
-  FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphKernelNodeGetParams(live.value(), &p), "cuGraphKernelNodeGetParams (NCCL)"));
   // The node's cluster shape (NCCL launches in clusters on Hopper) is checked against its grid
   // at each step: one block per cluster fits any grid, then the live node's shape fits its own.
   CUlaunchAttributeValue cluster;
@@ -131,7 +137,7 @@ Status LiveCollectives::apply(const CollectiveNode& node, CUgraphNode dst) {
                                        "cuGraphKernelNodeSetAttribute (NCCL cluster)"));
   }
   FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphKernelNodeSetParams(dst, &p), "cuGraphKernelNodeSetParams (NCCL)"));
-  return cuda_check(d->cuGraphKernelNodeCopyAttributes(dst, live.value()), "cuGraphKernelNodeCopyAttributes (NCCL)");
+  return cuda_check(d->cuGraphKernelNodeCopyAttributes(dst, live), "cuGraphKernelNodeCopyAttributes (NCCL)");
 }
 
 }  // namespace foundry

@@ -40,6 +40,8 @@ class LiveCollectives {
   };
   Status capture(const std::vector<CollectiveCall>& calls, Launch* out);
   Result<CUgraphNode> kernel_locked(const CollectiveNode& node);  // caller holds mu_
+  // The live kernel node for `node` and its parameters (valid while the node lives); caller holds mu_.
+  Status live_params(const CollectiveNode& node, CUgraphNode* live, CUDA_KERNEL_NODE_PARAMS* p);
 
   std::mutex mu_;  // also guards reads of the live graphs: the driver does not synchronise one CUgraph
   CUstream stream_ = nullptr;

@@ -64,19 +64,37 @@ std::vector<CUgraphNode> added_kernels(const Snapshot& s) {
   return out;
 }
 
+// A call as the wrapper saw it. Its communicator's ordinal and shape are looked up only when the
+// launch is recorded (during capture): every eager collective passes through here too.
+struct PendingCall {
+  CollectiveCall call;
+  Comm comm = nullptr;
+};
+
+std::vector<CollectiveCall> resolved(const std::vector<PendingCall>& pending) {
+  std::vector<CollectiveCall> calls;
+  for (const PendingCall& p : pending) {
+    CollectiveCall c = p.call;
+    c.comm = CollectiveLog::instance().ordinal(p.comm);
+    nccl::comm_shape(p.comm, &c.nranks, &c.rank);
+    calls.push_back(c);
+  }
+  return calls;
+}
+
 // The calls made between ncclGroupStart and the matching ncclGroupEnd on this thread. A group
 // that also holds a call Foundry does not record (ncclSend, ncclRecv) is not recorded at all:
 // its kernels would not be what the recorded calls make.
 struct GroupState {
   int depth = 0;
   bool unrecorded = false;
-  std::vector<CollectiveCall> calls;
+  std::vector<PendingCall> calls;
   CUstream stream = nullptr;
 };
 thread_local GroupState group;
 
 template <typename F>
-int launch(const CollectiveCall& call, CUstream stream, F&& real) {
+int launch(const PendingCall& call, CUstream stream, F&& real) {
   if (group.depth > 0) {
     if (group.calls.empty()) group.stream = stream;
     group.calls.push_back(call);
@@ -85,26 +103,21 @@ int launch(const CollectiveCall& call, CUstream stream, F&& real) {
   Snapshot s;
   bool capturing = snapshot(stream, &s);
   int r = real();
-  if (capturing && r == nccl::kSuccess) CollectiveLog::instance().record(s.graph, added_kernels(s), {call});
+  if (capturing && r == nccl::kSuccess) CollectiveLog::instance().record(s.graph, added_kernels(s), resolved({call}));
   return r;
 }
 
-CollectiveCall make_call(CollectiveOp op, const void* send, void* recv, size_t count, int dtype, int redop, int root,
-                         Comm comm) {
-  CollectiveCall c;
+PendingCall make_call(CollectiveOp op, const void* send, void* recv, size_t count, int dtype, int redop, int root,
+                      Comm comm) {
+  PendingCall p;
+  p.comm = comm;
+  CollectiveCall& c = p.call;
   c.op = static_cast<uint32_t>(op);
-  c.comm = CollectiveLog::instance().ordinal(comm);
   c.send = reinterpret_cast<uint64_t>(send);
   c.recv = reinterpret_cast<uint64_t>(recv);
   c.count = count;
   c.dtype = dtype, c.redop = redop, c.root = root;
-  nccl::comm_shape(comm, &c.nranks, &c.rank);
-  return c;
-}
-
-template <typename T>
-T real_or_null(Fn fn) {
-  return nccl::real_as<T>(fn);
+  return p;
 }
 
 int created(int r, Comm* comm) {
@@ -117,8 +130,8 @@ int created(int r, Comm* comm) {
 
 }  // namespace
 
-#define FOUNDRY_NCCL_REAL(fn, type)                 \
-  auto real_fn = real_or_null<nccl::type>(Fn::fn);  \
+#define FOUNDRY_NCCL_REAL(fn, type)                \
+  auto real_fn = nccl::real_as<nccl::type>(Fn::fn); \
   if (real_fn == nullptr) return nccl::kSystemError;
 
 FOUNDRY_EXPORT int ncclAllReduce(const void* send, void* recv, size_t count, int dtype, int op, Comm comm, CUstream s) {
@@ -177,7 +190,7 @@ FOUNDRY_EXPORT int ncclGroupEnd() {
   FOUNDRY_NCCL_REAL(ncclGroupEnd, GroupFn)
   if (group.depth > 0) --group.depth;
   if (group.depth > 0) return real_fn();
-  std::vector<CollectiveCall> calls = std::move(group.calls);
+  std::vector<PendingCall> calls = std::move(group.calls);
   bool unrecorded = group.unrecorded;
   CUstream stream_of_group = group.stream;
   group = GroupState{};
@@ -185,7 +198,7 @@ FOUNDRY_EXPORT int ncclGroupEnd() {
   Snapshot s;
   bool capturing = snapshot(stream_of_group, &s);
   int r = real_fn();
-  if (capturing && r == nccl::kSuccess) CollectiveLog::instance().record(s.graph, added_kernels(s), std::move(calls));
+  if (capturing && r == nccl::kSuccess) CollectiveLog::instance().record(s.graph, added_kernels(s), resolved(calls));
   return r;
 }
 
