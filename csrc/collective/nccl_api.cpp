@@ -135,11 +135,15 @@ Fn fn_of(uint32_t op) {
 Status issue(const std::vector<CollectiveCall>& calls, CUstream stream) {
   bool group = calls.size() > 1;
   if (group && (real(Fn::ncclGroupStart) == nullptr || real(Fn::ncclGroupEnd) == nullptr))
-    return Error(FOUNDRY_ERR_STATE, "NCCL is not loaded in this process");
+    return Error(FOUNDRY_ERR_STATE, "NCCL is not loaded in this process: the graphs launch NCCL collectives, so LOAD "
+                                    "needs the engine's NCCL communicators created first, as at SAVE");
   for (const CollectiveCall& c : calls) {
     Fn fn = fn_of(c.op);
     if (fn == Fn::kCount) return Error(FOUNDRY_ERR_FORMAT, "unknown collective operation " + std::to_string(c.op));
-    if (real(fn) == nullptr) return Error(FOUNDRY_ERR_STATE, std::string("NCCL is not loaded in this process (no ") + kNames[static_cast<int>(fn)] + ")");
+    if (real(fn) == nullptr)
+      return Error(FOUNDRY_ERR_STATE, std::string("NCCL is not loaded in this process (no ") + kNames[static_cast<int>(fn)] +
+                                          "): the graphs launch NCCL collectives, so LOAD needs the engine's NCCL "
+                                          "communicators created first, as at SAVE");
   }
   if (group) real_as<GroupFn>(Fn::ncclGroupStart)();
   int first_error = kSuccess;

@@ -166,8 +166,9 @@ Status Reader::read_collective(CUgraphNode node, const std::string& where, Colle
   c->name = name ? name : "";
   std::string at = where + " (NCCL " + nccl::op_name(c->calls.front().op) + ", kernel " + c->name + ")";
   if (!is_nccl_kernel(c->name)) {
-    return Error(FOUNDRY_ERR_UNSUPPORTED, at + ": the NCCL launch added a kernel that is not NCCL's; Foundry cannot "
-                                               "say what makes it again at LOAD");
+    return Error(FOUNDRY_ERR_UNSUPPORTED, at + ": the NCCL launch added a kernel that is not NCCL's, which LOAD could "
+                                               "not make again; this NCCL version is not supported inside graphs "
+                                               "(start without Foundry, or capture this collective outside the graph)");
   }
   // NCCL's own parameters (its communicator, channels, work) are process-local: LOAD gets them
   // from the live NCCL. The buffers the calls name must be reproducible like any other pointer.
