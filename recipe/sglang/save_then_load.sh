@@ -15,7 +15,9 @@
 #      EXTRA_ARGS: more launch_server flags, the same for every start; PYTHON (python3);
 #      SGLANG_ENV: a file to source first (the GPU machine's pack: /tmp/site/sglang-env.sh);
 #      TINY_MODEL: tiny_model.py (default: the enginepack's); START_TIMEOUT (900 s: the first start
-#      JIT-compiles kernels).
+#      JIT-compiles kernels); TPOT: batch sizes to time decode at (e.g. 1,8,32,128; each needs a
+#      captured size at least as large and MAX_RUNNING at least as large), the median over 3 of
+#      (a request of 65 tokens - one of 1 token) / 64, so the prefill and HTTP cost cancel.
 # Output: OUT_DIR (default /tmp/foundry-sglang-recipe) holds one log and one JSON per start.
 set -euo pipefail
 case "${1:-}" in
@@ -79,13 +81,14 @@ run() {  # NAME [foundry flags...]: one start, its /health time and greedy token
   SERVER_PGID=$!
   run_when_healthy "$PORT" "${START_TIMEOUT:-900}" "$SERVER_PGID" "$t0" \
     "sglang.launch_server exited before /health answered" "timed out after {limit:.0f} s waiting for /health" \
-    "$PORT" "$OUT/$name.json" "$PROMPTS" "$TOKENS" <<'EOF' || rc=$?
-import json, sys, urllib.request
-port, out, prompts, tokens, ready = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+    "$PORT" "$OUT/$name.json" "$PROMPTS" "$TOKENS" "${TPOT:-}" <<'EOF' || rc=$?
+import json, statistics, sys, time, urllib.request
+port, out, prompts, tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+tpot_batches, ready = [int(b) for b in sys.argv[5].split(",") if b.strip()], float(sys.argv[6])
 base = f"http://127.0.0.1:{port}"
 
-def generate(texts):
-    body = {"text": texts, "sampling_params": {"temperature": 0.0, "max_new_tokens": tokens, "ignore_eos": True}}
+def generate(texts, max_new_tokens=tokens):
+    body = {"text": texts, "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True}}
     req = urllib.request.Request(base + "/generate", json.dumps(body).encode(), {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=300) as r:
         return json.load(r)
@@ -97,8 +100,20 @@ single = generate(texts[0])
 runs = [*batched, single] if isinstance(batched, list) else [batched, single]
 ids = [r["output_ids"] for r in runs]
 assert all(len(x) == tokens for x in ids), [len(x) for x in ids]
-json.dump({"ready_s": ready, "tokens": ids}, open(out, "w"))
-print(f"/health 200 after {ready:.1f} s; {len(ids)} completions of {tokens} tokens")
+
+def tpot_ms(batch, steps=64, reps=3):
+    texts = [f"hello world the model number {i + 1000} said" for i in range(batch)]
+    def timed(n):
+        start = time.perf_counter()
+        generate(texts, n)
+        return time.perf_counter() - start
+    timed(steps + 1)  # first use of this batch size
+    return statistics.median((timed(steps + 1) - timed(1)) / steps * 1e3 for _ in range(reps))
+
+tpot = {str(b): tpot_ms(b) for b in tpot_batches}
+json.dump({"ready_s": ready, "tokens": ids, "tpot_ms": tpot}, open(out, "w"))
+shown = " ".join(f"b{b}={ms:.2f}ms" for b, ms in tpot.items())
+print(f"/health 200 after {ready:.1f} s; {len(ids)} completions of {tokens} tokens; TPOT {shown or '-'}")
 EOF
   stop_server
   grep -E "foundry:|Capture .*decode|KV Cache is allocated" "$OUT/$name.log" || true
