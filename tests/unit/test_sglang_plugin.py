@@ -558,9 +558,17 @@ class FakeGraphContext:
         return False
 
 
+def fake_blas_handle():
+    """torch.cuda.current_blas_handle: logs that PyTorch made the current stream's cuBLAS workspace."""
+    sys.modules["sglang"].LOG.append("blas_handle")
+    return 1
+
+
 @pytest.fixture
 def fake_torch(monkeypatch):
-    return install_fake_torch(monkeypatch, FakeCUDAGraph, FakeGraphContext, KeepGraph)
+    torch = install_fake_torch(monkeypatch, FakeCUDAGraph, FakeGraphContext, KeepGraph)
+    torch.cuda.current_blas_handle = fake_blas_handle
+    return torch
 
 
 HF_CONFIG = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 1024, "num_hidden_layers": 8}
@@ -1076,6 +1084,9 @@ def test_save_flow(scheduler):
     # SGLang's own loop, largest first: prepare, two warmups and one captured forward per size.
     assert [e[1] for e in run.events("prepare")] == [8, 4, 2, 1]
     assert len(run.events("forward")) == 12 and run.events("capture") == [("capture", "KeepGraph")] * 4
+    # The capture stream's cuBLAS workspace is made once, in the region, before the first (paused) warmup.
+    assert steps.count("blas_handle") == 1
+    assert run.log.index("blas_handle") < run.log.index(run.events("forward")[0])
     # SAVE-only work ran paused: profiling, the kernel warmup, and the 2 warmups of 4 shapes.
     assert run.dev.count("stop_region") == 10 and run.dev.count("resume_region") == 10
     state = run.rt.adapter.state
@@ -1102,6 +1113,7 @@ def test_load_flow_restores_instead_of_capturing(scheduler, caplog):
     steps = run.steps()
     assert "profile" not in steps and "kernel_warmup" not in steps
     assert run.events("forward") == [] and run.events("capture") == []  # no forward, no capture
+    assert "blas_handle" not in steps  # the restore maps the workspace block SAVE's graphs read
     assert [e[1] for e in run.events("prepare")] == [8, 4, 2, 1]  # the per-shape preparation still ran
     assert run.events("kv_pool") == [("kv_pool", 4096)]  # the recorded pool, not a profiled one
     # LOAD mirrors SAVE's pauses, with no work inside them, and the cache flushes of the real

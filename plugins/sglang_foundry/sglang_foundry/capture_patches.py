@@ -12,7 +12,8 @@ and the forward's result in ``_graphs[key]`` / ``_outputs[key]`` (``replay`` rea
   class for the duration (a torch graph that keeps its ``CUgraph``) and the warmup forwards run
   paused (``FOUNDRY_SGLANG_WARMUP_FORWARDS``); then it saves every decode graph with the tensors of
   its output (the shared logits buffer slice), the output layout, the capture sizes and the
-  attention-metadata addresses of each shape.
+  attention-metadata addresses of each shape. Before the first shape's warmups it has PyTorch
+  create the cuBLAS workspace of the capture stream in the region (``create_blas_workspace``).
 - **LOAD** restores the archive first, then runs SGLang's same loop with the forwards replaced by
   no-ops (the warmups by the same cache flushes SAVE's pauses made) and ``torch.cuda.graph`` /
   ``torch.cuda.CUDAGraph`` neutralised: the per-shape preparation still runs, in SGLang's order, as
@@ -52,9 +53,9 @@ logger = logging.getLogger("foundry.sglang")
 _FALLBACK = object()
 
 __all__ = ["MAX_DEPTH", "CaptureLoop", "PendingGraph", "RestoredDecodeGraph", "WRAPPERS", "address_mismatch",
-           "check_backend", "driven", "expected_names", "graph_name", "install", "keep_graphs", "neutralised",
-           "no_capture", "swapped", "tensor_addresses", "tracking", "wrap_capture_one", "wrap_decode_capture",
-           "wrap_init_cuda_graphs"]
+           "check_backend", "create_blas_workspace", "driven", "expected_names", "graph_name", "install",
+           "keep_graphs", "neutralised", "no_capture", "swapped", "tensor_addresses", "tracking", "wrap_capture_one",
+           "wrap_decode_capture", "wrap_init_cuda_graphs"]
 
 
 # ---- naming (pure; unit-tested) --------------------------------------------------------------------
@@ -89,6 +90,7 @@ class CaptureLoop:
     capturing: bool = False
     warmups: int = 0
     observed: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    blas_ready: bool = False
 
 
 def tracking(graph_context: Callable[..., Any], loop: CaptureLoop) -> Callable[..., Any]:
@@ -162,6 +164,21 @@ def keep_graphs(loop: CaptureLoop) -> contextlib.AbstractContextManager[None]:
 def neutralised(loop: CaptureLoop, empty_cache: Callable[[], None]) -> contextlib.AbstractContextManager[None]:
     """LOAD: no graph is created or captured (``torch.cuda.graph`` empties the cache as at SAVE)."""
     return capture.neutralised(PendingGraph, no_capture(loop, empty_cache))
+
+
+def create_blas_workspace() -> None:
+    """SAVE, on the capture stream before the first warmup forward: PyTorch's cuBLAS handle and the
+    workspace it keys by (handle, stream) are created now, in the region.
+
+    Why: SGLang 0.5.17 runs the capture warmups on the stream it captures on (``graph_capture()``
+    makes a new one), and those warmups are the process's first GEMMs. Run paused, they would
+    create that workspace in the private pool, outside the region, and every captured GEMM kernel
+    that takes the workspace pointer (cuBLAS split-K) would fail SAVE's pointer audit. Made here, it
+    is a region block the graphs reference, which LOAD's restore maps like the graph memory, so
+    LOAD needs no such call."""
+    import torch
+
+    torch.cuda.current_blas_handle()
 
 
 def check_backend(backend: Any) -> None:
@@ -335,6 +352,9 @@ def wrap_capture_one(original: Callable[..., Any]) -> Callable[..., Any]:
         if options.check_metadata():
             metadata = getattr(getattr(loop.runner, "attn_backend", None), "forward_metadata", None)
             loop.observed[graph_name(shape_key)] = tensor_addresses(metadata)
+        if rt.mode is Mode.SAVE and not loop.blas_ready:
+            loop.blas_ready = True
+            create_blas_workspace()  # inside SGLang's graph_capture(): the current stream is the capture stream
         return original(self, shape_key, driven(rt, loop, forward_fn), *args, **kwargs)
 
     return capture_one
