@@ -32,7 +32,7 @@ from foundry_core.engine import Mode  # noqa: E402
 from foundry_core.errors import InvalidArgumentError, StateError  # noqa: E402
 
 from vllm_foundry import adapter as adapter_mod  # noqa: E402
-from vllm_foundry import capture_patches, cli, modes, patching, runtime, seams, worker_patches  # noqa: E402
+from vllm_foundry import capture_patches, cli, modes, patching, ranks, runtime, seams, worker_patches  # noqa: E402
 
 register_mod = importlib.import_module("vllm_foundry.register")  # the package attribute is the function
 _real_hosts_engine = register_mod.hosts_engine
@@ -549,12 +549,37 @@ def test_modes_refuse_other_cudagraph_modes_by_name():
 
 
 def test_modes_list_every_problem_at_once():
-    cfg = fake_config(**{"parallel_config.data_parallel_size": 2, "use_v2_model_runner": False,
+    cfg = fake_config(**{"parallel_config.pipeline_parallel_size": 2, "use_v2_model_runner": False,
                          "lora_config": object()})
     problems = modes.unsupported_settings(cfg)
-    assert any("data_parallel_size=2" in p for p in problems)
+    assert any("pipeline_parallel_size=2" in p for p in problems)
     assert any("V1 model runner" in p for p in problems) and any("LoRA" in p for p in problems)
     assert modes.unsupported_settings(fake_config()) == []
+
+
+def test_data_parallel_is_supported_through_vllms_launcher_only():
+    dp2 = {"parallel_config.data_parallel_size": 2}
+    assert modes.unsupported_settings(fake_config(**dp2, **{"parallel_config.data_parallel_backend": "mp"})) == []
+    ray = modes.unsupported_settings(fake_config(**dp2, **{"parallel_config.data_parallel_backend": "ray"}))
+    assert len(ray) == 1 and "data parallel through 'ray'" in ray[0]
+    problems = modes.unsupported_settings(fake_config(**{"parallel_config.enable_expert_parallel": True,
+                                                         "parallel_config.nnodes": 2}))
+    assert any("expert parallel" in p for p in problems) and any("nnodes=2" in p for p in problems)
+
+
+@pytest.mark.parametrize(("tp", "dp", "dp_rank", "backend", "rank", "expected"), [
+    (1, 1, 0, None, 0, 0),                    # one GPU
+    (2, 1, 0, None, 1, 1),                    # tensor parallel: the engine's rank is global
+    (1, 2, 1, None, 0, 1),                    # data parallel: replica 1's only worker
+    (2, 2, 1, None, 1, 3),                    # replica 1, its second tensor-parallel rank
+    (2, 2, 1, "external_launcher", 3, 3),     # torchrun-style launch: vLLM does not offset
+])
+def test_global_rank_offsets_by_the_data_parallel_rank_as_vllm_does(tp, dp, dp_rank, backend, rank, expected):
+    cfg = fake_config(**{"parallel_config.tensor_parallel_size": tp, "parallel_config.data_parallel_size": dp,
+                         "parallel_config.data_parallel_rank": dp_rank,
+                         "parallel_config.distributed_executor_backend": backend})
+    assert ranks.global_rank(cfg, rank) == expected
+    assert ranks.world_size(cfg) == tp * dp
 
 
 def test_tensor_parallel_is_supported_and_all_reduces_through_nccl(monkeypatch):
@@ -887,7 +912,7 @@ def tp_peer(monkeypatch, fake_torch):
     fake_torch.distributed = dist
     monkeypatch.setitem(sys.modules, "torch.distributed", dist)
     state_mod = types.ModuleType("vllm.distributed.parallel_state")
-    state_mod.get_tp_group = lambda: types.SimpleNamespace(cpu_group="tp", world_size=2)
+    state_mod.get_world_group = lambda: types.SimpleNamespace(cpu_group="world", world_size=2)
     monkeypatch.setitem(sys.modules, "vllm.distributed", types.ModuleType("vllm.distributed"))
     monkeypatch.setitem(sys.modules, "vllm.distributed.parallel_state", state_mod)
     monkeypatch.setenv("VLLM_ALLREDUCE_USE_SYMM_MEM", "1")
@@ -911,18 +936,39 @@ def test_tensor_parallel_ranks_load_together_or_fall_back_together(worker_env, f
 
     # Both agreements (the KV cache's memory, then the restore) pass: the graphs are restored.
     log, session, *_ = load([])
-    assert tp_peer["calls"] == [(1, "tp"), (1, "tp")] and session.mode is Mode.LOAD and not _fallbacks(log)
+    assert tp_peer["calls"] == [(1, "world"), (1, "world")] and session.mode is Mode.LOAD and not _fallbacks(log)
     # The peer cannot restore: this rank captures too.
     log, session, *_ = load([True, False])
-    assert tp_peer["calls"] == [(1, "tp"), (1, "tp")] and session.mode is Mode.SAVE and "save" in log
-    assert "another tensor-parallel rank could not restore" in _fallbacks(log)[0]
+    assert tp_peer["calls"] == [(1, "world"), (1, "world")] and session.mode is Mode.SAVE and "save" in log
+    assert "another rank could not restore" in _fallbacks(log)[0]
     # The peer lacks the memory: both profile (SAVE) from the start; no restore agreement follows.
     log, session, *_ = load([False])
-    assert tp_peer["calls"] == [(1, "tp")] and "profile_run" in log
-    assert "another tensor-parallel rank lacks the free memory" in _fallbacks(log)[0]
+    assert tp_peer["calls"] == [(1, "world")] and "profile_run" in log
+    assert "another rank lacks the free memory" in _fallbacks(log)[0]
     # A rank that cannot restore still answers, once, saying so.
     load([], archive_names=names[:-1])
-    assert tp_peer["calls"] == [(1, "tp"), (0, "tp")]
+    assert tp_peer["calls"] == [(1, "world"), (0, "world")]
+
+
+def test_data_parallel_replica_owns_its_global_rank_and_agrees_with_the_world(worker_env, fake_vllm, tp_peer,
+                                                                              monkeypatch):
+    worker_env("save")
+    names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
+    cg = fake_vllm["vllm.v1.worker.gpu.cudagraph_utils"]
+    started = []
+    start = runtime.start
+    monkeypatch.setattr(runtime, "start", lambda cfg, rank, **kw: started.append(rank) or start(cfg, rank, **kw))
+    replica1 = fake_config(**{"compilation_config.cudagraph_mode": cg.CUDAGraphMode.FULL_DECODE_ONLY,
+                              "parallel_config.data_parallel_size": 2, "parallel_config.data_parallel_rank": 1,
+                              "parallel_config.data_parallel_backend": "mp"})
+    log, session, *_ = worker_env("load", state=state, archive_names=names, config=replica1)
+    # vLLM calls the replica's only worker rank 0; its archive is rank1's.
+    assert started == [1] and session.mode is Mode.LOAD and not _fallbacks(log)
+    # Replicas meet on every forward (DP padding sync): the LOAD decisions are the world's.
+    assert tp_peer["calls"] == [(1, "world"), (1, "world")]
+    tp_peer["answers"], tp_peer["calls"] = [True, False], []
+    log, session, *_ = worker_env("load", state=state, archive_names=names, config=replica1)
+    assert session.mode is Mode.SAVE and "another rank could not restore" in _fallbacks(log)[0]
 
 
 def test_unsupported_configuration_is_refused_before_the_device(worker_env, fake_vllm):

@@ -180,7 +180,7 @@ def _check_restorable(rt: runtime.WorkerRuntime, manager: Any, archive: Any, ori
 def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., Any],
              factory: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     instantiate, threads = runtime.instantiate_mode()
-    # Every tensor-parallel rank answers exactly once, whatever happens here (ranks.py).
+    # Every rank answers exactly once, whatever happens here (ranks.py).
     try:
         restored = rt.load_archive(instantiate, threads)
         if restored is None:  # the session fell back already (and logged why)
@@ -192,7 +192,7 @@ def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., An
         ranks.all_ranks(rt, False)
         raise
     if not ranks.all_ranks(rt, problem is None) and problem is None:
-        problem = "restored graphs cannot be used: another tensor-parallel rank could not restore its graphs"
+        problem = "restored graphs cannot be used: another rank could not restore its graphs"
     if problem is not None:
         manager.graphs.clear()
         manager._graphs_captured = False

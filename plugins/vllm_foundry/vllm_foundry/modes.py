@@ -2,7 +2,7 @@
 
 Supported in this version: the V2 model runner (vLLM's default since 0.25 for most models),
 ``cudagraph_mode=FULL_DECODE_ONLY`` (full graphs of uniform decode batches; prefill and mixed
-batches run without graphs), one GPU (tensor, pipeline and data parallel size 1), no speculative
+batches run without graphs), one GPU, tensor or data parallel (pipeline parallel size 1), no speculative
 decoding, no LoRA, no sleep mode, no dual-batch overlap.
 
 Policy: **refuse**. When Foundry is active (an archive is given and the mode is not ``off``) and
@@ -73,13 +73,7 @@ def unsupported_settings(vllm_config: Any, use_v2_model_runner: bool | None = No
     if not use_v2_model_runner:
         problems.append("the V1 model runner is not supported (vLLM chose V1 because of VLLM_USE_V2_MODEL_RUNNER=0 "
                         "or a feature V2 lacks; see vLLM's 'using the V1 model runner' warning)")
-    # Tensor parallel is supported (NCCL all-reduce inside the graphs); pipeline and data
-    # parallel have not run through the plugin yet.
-    for label, path in (("pipeline_parallel_size", ("parallel_config", "pipeline_parallel_size")),
-                        ("data_parallel_size", ("parallel_config", "data_parallel_size"))):
-        value = config_value(vllm_config, *path, default=1)
-        if value != 1:
-            problems.append(f"{label}={value} is not supported (one GPU or tensor parallel only in this version)")
+    problems += parallel_problems(vllm_config)
     if config_value(vllm_config, "speculative_config") is not None:
         problems.append("speculative decoding is not supported")
     if config_value(vllm_config, "lora_config") is not None:
@@ -88,6 +82,27 @@ def unsupported_settings(vllm_config: Any, use_v2_model_runner: bool | None = No
         problems.append("sleep mode is not supported (its allocator bypasses the deterministic region)")
     if config_value(vllm_config, "parallel_config", "enable_dbo", default=False):
         problems.append("dual-batch overlap (enable_dbo) is not supported")
+    return problems
+
+
+def parallel_problems(vllm_config: Any) -> list[str]:
+    """Tensor parallel (NCCL all-reduce inside the graphs) and data parallel (independent
+    replicas, one archive per rank, started by vLLM's own launcher) are supported; pipeline and
+    expert parallel, multi-node and Ray are not."""
+    problems = []
+    pp = config_value(vllm_config, "parallel_config", "pipeline_parallel_size", default=1)
+    if pp != 1:
+        problems.append(f"pipeline_parallel_size={pp} is not supported (one GPU, tensor or data parallel only)")
+    if config_value(vllm_config, "parallel_config", "enable_expert_parallel", default=False):
+        problems.append("expert parallel (enable_expert_parallel) is not supported (docs/multi-gpu.md)")
+    nnodes = config_value(vllm_config, "parallel_config", "nnodes", default=1)
+    if isinstance(nnodes, int) and nnodes > 1:
+        problems.append(f"nnodes={nnodes} is not supported (one node)")
+    dp = config_value(vllm_config, "parallel_config", "data_parallel_size", default=1)
+    backend = config_value(vllm_config, "parallel_config", "data_parallel_backend", default="mp")
+    if isinstance(dp, int) and dp > 1 and backend != "mp":
+        problems.append(f"data parallel through {backend!r} is not supported (its workers do not start with "
+                        "the preload; use data_parallel_backend='mp')")
     return problems
 
 

@@ -45,9 +45,9 @@ SEAMS: tuple[Seam, ...] = (
     # ---- tensor parallel -------------------------------------------------------------------
     Seam("env.symm_mem_all_reduce", "vllm.envs", "VLLM_ALLREDUCE_USE_SYMM_MEM", "env",
          purpose="set to 0 for tensor parallel: symmetric-memory all-reduce bakes peers' mappings into graphs"),
-    Seam("parallel.tp_group", "vllm.distributed.parallel_state", "get_tp_group", "function",
-         purpose="LOAD: the tensor-parallel ranks agree (on its CPU group) that every rank restored, "
-                 "else all capture"),
+    Seam("parallel.world_group", "vllm.distributed.parallel_state", "get_world_group", "function",
+         purpose="LOAD: every rank (tensor and data parallel) agrees, on the world's CPU group, that every "
+                 "rank restored, else all capture"),
     # ---- command line ----------------------------------------------------------------------
     Seam("cli.add_cli_args", "vllm.engine.arg_utils", "EngineArgs.add_cli_args", "staticmethod",
          params=("parser",), purpose="adds --foundry-archive and --foundry-mode"),

@@ -76,7 +76,7 @@ def wrap_init_distributed(original: Callable[..., Any]) -> Callable[..., Any]:
         if runtime.current() is not None:  # a later bring-up (elastic EP): not ours to track
             return original(*args, **kwargs)
         bound = signature.bind_partial(*args, **kwargs).arguments
-        rt = runtime.start(bound["vllm_config"], int(bound["rank"]))
+        rt = runtime.start(bound["vllm_config"], ranks.global_rank(bound["vllm_config"], int(bound["rank"])))
         if rt is None:
             return original(*args, **kwargs)
         use_nccl_all_reduce(bound["vllm_config"])
@@ -121,7 +121,7 @@ def wrap_determine_available_memory(original: Callable[..., Any]) -> Callable[..
             if not ranks.all_ranks(rt, free >= kv_bytes):
                 rt.fall_back(MismatchError(
                     f"the GPU has {free} bytes free, the archive's KV cache needs {kv_bytes}" if free < kv_bytes
-                    else "another tensor-parallel rank lacks the free memory for the archive's KV cache"))
+                    else "another rank lacks the free memory for the archive's KV cache"))
             else:
                 rt.skipped("memory profiling (profile_run, CUDA-graph memory estimate)")
                 self.available_kv_cache_memory_bytes = kv_bytes
