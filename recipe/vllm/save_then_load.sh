@@ -9,7 +9,8 @@
 #   ARCHIVE_DIR  default /tmp/foundry-vllm-archive (removed first: the first start SAVEs)
 # Env: BASELINE=1 adds a start without Foundry (FOUNDRY_MODE=off) to the comparison;
 #      SIZES (default "1 2 4 8 16 32 64 128") capture sizes; MAX_MODEL_LEN (2048); PORT (8011);
-#      TP (1): tensor parallel size of the llm starts (NCCL all-reduce; one archive per rank);
+#      TP (1): tensor parallel size (NCCL all-reduce, custom all-reduce off; one archive per rank);
+#      DP (1): data parallel size of the serve starts (independent replicas; one archive per rank);
 #      TPOT: batch sizes to time decode at in the llm starts (e.g. 1,8,32,128);
 #      PYTHON (python3);
 #      VLLM_ENV: a file to source first (the GPU machine's pack: /tmp/site/vllm-env.sh);
@@ -38,6 +39,13 @@ if [ -n "${VLLM_ENV:-}" ]; then
 fi
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER="${VLLM_USE_FLASHINFER_SAMPLER:-0}"
 mkdir -p "$OUT"
+RANKS=$(( ${TP:-1} * ${DP:-1} ))
+if [ "${DP:-1}" != 1 ] && [ "$WHAT" = llm ]; then
+  echo "DP applies to serve starts only (vLLM's offline LLM API runs one replica per process)" >&2; exit 2
+fi
+PARALLEL=()
+[ "${TP:-1}" = 1 ] || PARALLEL+=( --tensor-parallel-size "$TP" --disable-custom-all-reduce )
+[ "${DP:-1}" = 1 ] || PARALLEL+=( --data-parallel-size "$DP" )
 
 ensure_tiny_model "$MODEL"
 rm -rf "$ARCHIVE"
@@ -59,7 +67,7 @@ run_serve() {  # NAME FOUNDRY_MODE
   # shellcheck disable=SC2086
   "$PYTHON" -m vllm.entrypoints.cli.main serve "$MODEL" --load-format dummy --attention-backend FLASH_ATTN \
     --served-model-name tiny --max-model-len "$MAX_MODEL_LEN" --gpu-memory-utilization 0.5 --seed 0 \
-    -cc.cudagraph_mode=FULL_DECODE_ONLY --cudagraph-capture-sizes $SIZES \
+    -cc.cudagraph_mode=FULL_DECODE_ONLY --cudagraph-capture-sizes $SIZES "${PARALLEL[@]}" \
     --foundry-archive "$ARCHIVE" --foundry-mode "$2" --host 127.0.0.1 --port "$PORT" > "$OUT/$1.log" 2>&1 &
   pid=$!
   run_when_healthy "$PORT" "${SERVE_TIMEOUT:-600}" "$pid" "$t0" "vllm serve exited before /health answered" \
@@ -96,6 +104,12 @@ $run save save; names+=(save)
 expect_saved "\[foundry\] saved [0-9]+ graphs \("
 $run load load; names+=(load)
 expect_restored "foundry: restored [0-9]+ graphs"
+# Every rank (tensor x data parallel) saved and restored its own graphs.
+for step in save load; do
+  pattern=$([ "$step" = save ] && echo "\[foundry\] saved [0-9]+ graphs \(" || echo "foundry: restored [0-9]+ graphs")
+  count=$(grep -cE "$pattern" "$OUT/$step.log" || true)
+  [ "$count" -ge "$RANKS" ] || { echo "the $step start: $count of $RANKS ranks did it (see $OUT/$step.log)" >&2; exit 1; }
+done
 
 compare_tokens "completions differ from {ref}: {bad}" \
   "identical greedy completions ({count} prompts) across {names}" "${names[@]}"
