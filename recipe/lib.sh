@@ -89,3 +89,18 @@ if bad:
 print(same.format(count=len(ref), names=", ".join(names)))
 EOF
 }
+
+# corrupt_archive_copy SRC DST: DST becomes a copy of the archive SRC with one byte flipped in the
+# middle of rank0/graphs.fgr (a corrupt archive: its LOAD must fall back, naming the checksum).
+corrupt_archive_copy() {
+  rm -rf "$2" && cp -r "$1" "$2"
+  "${PYTHON:-python3}" - "$2/rank0/graphs.fgr" <<'EOF'
+import os, sys
+path = sys.argv[1]
+with open(path, "r+b") as f:
+    f.seek(os.path.getsize(path) // 2)
+    b = f.read(1)
+    f.seek(-1, 1)
+    f.write(bytes([b[0] ^ 0xFF]))
+EOF
+}

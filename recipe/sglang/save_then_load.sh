@@ -14,6 +14,8 @@
 #      default); SKIP_SERVER_WARMUP=1 passes --skip-server-warmup (same on every start);
 #      EXTRA_ARGS: more launch_server flags, the same for every start; PYTHON (python3);
 #      SGLANG_ENV: a file to source first (the GPU machine's pack: /tmp/site/sglang-env.sh);
+#      FALLBACKS=1 adds a start on a corrupted copy of the archive (mode load) and one on a foreign
+#      copy (another context length, mode auto): both must fall back with identical tokens;
 #      TINY_MODEL: tiny_model.py (default: the enginepack's); START_TIMEOUT (900 s: the first start
 #      JIT-compiles kernels); TPOT: batch sizes to time decode at (e.g. 1,8,32,128; each needs a
 #      captured size at least as large and MAX_RUNNING at least as large), the median over 3 of
@@ -21,7 +23,7 @@
 # Output: OUT_DIR (default /tmp/foundry-sglang-recipe) holds one log and one JSON per start.
 set -euo pipefail
 case "${1:-}" in
-  -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
   -*) echo "usage: $0 [MODEL_DIR] [ARCHIVE_DIR] (unknown option '$1')" >&2; exit 2 ;;
 esac
 MODEL="${1:-/tmp/tiny-qwen3}"
@@ -144,3 +146,16 @@ restored=$(grep -oE "restored [0-9]+ decode graphs" "$OUT/load.log" | grep -oE "
 
 compare_tokens "greedy tokens differ from {ref}: {bad}" \
   "identical greedy tokens ({count} completions) across {names}" "${names[@]}"
+
+# FALLBACKS=1: a corrupted archive (mode load) and a foreign one (saved with another context
+# length; mode auto) must each start normally, say why in a foundry: line, and give the same tokens.
+[ "${FALLBACKS:-0}" = 1 ] || exit 0
+corrupt_archive_copy "$ARCHIVE" "$ARCHIVE-corrupt"
+run corrupt --foundry-archive "$ARCHIVE-corrupt" --foundry-mode load
+expect_log "$OUT/corrupt.log" "foundry: .*cannot load the archive" "the corrupted archive was not refused (see $OUT/corrupt.log)"
+rm -rf "$ARCHIVE-foreign" && cp -r "$ARCHIVE" "$ARCHIVE-foreign"
+run foreign --foundry-archive "$ARCHIVE-foreign" --foundry-mode auto --context-length 1024
+expect_log "$OUT/foreign.log" "foundry: .*does not use the archive" "the foreign archive was not refused (see $OUT/foreign.log)"
+expect_log "$OUT/foreign.log" "foundry: captured [0-9]+ decode graphs in .* saved" "auto mode saved no fresh archive (see $OUT/foreign.log)"
+compare_tokens "greedy tokens differ from {ref}: {bad}" \
+  "identical greedy tokens ({count} completions) across {names} after the fallbacks" "${names[@]}" corrupt foreign

@@ -19,7 +19,7 @@
 set -euo pipefail
 WHAT="${1:-llm}"
 case "$WHAT" in
-  -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
   llm|serve) ;;
   *) echo "usage: $0 [llm|serve] [MODEL_DIR] [ARCHIVE_DIR] (got '$WHAT')" >&2; exit 2 ;;
 esac
