@@ -1,6 +1,6 @@
 """One offline vLLM start, measured: time to ready, greedy completions, decode TPOT.
 
-Usage: python start.py MODEL_DIR OUT.json [--sizes "1 2 4 8"] [--eager] [--tpot 1,8,32,128]
+Usage: python start.py MODEL_DIR OUT.json [--sizes "1 2 4 8"] [--eager | --no-compile] [--tpot 1,8,32,128]
                        [--max-model-len 2048] [--gpu-memory-utilization 0.5]
 
 Foundry is configured by the environment (FOUNDRY_ARCHIVE, FOUNDRY_MODE), as for any offline
@@ -60,6 +60,8 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--sizes", default="", help="CUDA-graph capture sizes (default: vLLM's)")
     parser.add_argument("--eager", action="store_true", help="enforce_eager (no torch.compile, no graphs)")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="compilation mode NONE (-cc.mode=none): no torch.compile, decode graphs still captured")
     parser.add_argument("--tpot", default="", help="batch sizes to measure TPOT at, e.g. 1,8,32,128")
     parser.add_argument("--tpot-tokens", type=int, default=64)
     parser.add_argument("--reps", type=int, default=3)
@@ -75,6 +77,8 @@ def main() -> None:
     from vllm import LLM, SamplingParams
 
     compilation: dict = {"cudagraph_mode": "FULL_DECODE_ONLY"}
+    if args.no_compile:
+        compilation["mode"] = 0  # CompilationMode.NONE: the model runs eagerly, vLLM's custom ops
     if args.sizes:
         compilation["cudagraph_capture_sizes"] = [int(s) for s in args.sizes.split()]
     llm = LLM(model=args.model, load_format="dummy", attention_backend="FLASH_ATTN", seed=0,
@@ -83,7 +87,8 @@ def main() -> None:
               tensor_parallel_size=args.tp, disable_custom_all_reduce=args.tp > 1)
     ready = time.time()
     result: dict = {"ready_s": ready - process_start_time(), "init_s": ready - t0,
-                    "foundry_mode": os.environ.get("FOUNDRY_MODE", "off"), "eager": args.eager}
+                    "foundry_mode": os.environ.get("FOUNDRY_MODE", "off"), "eager": args.eager,
+                    "compile": not (args.eager or args.no_compile)}
     outs = llm.generate(prompts(args.prompts), SamplingParams(max_tokens=args.tokens, temperature=0.0,
                                                               ignore_eos=True), use_tqdm=False)
     result["tokens"] = [list(o.outputs[0].token_ids) for o in outs]
