@@ -1,14 +1,8 @@
 #include "archive/container.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <new>
 
 #include "archive/atomic_dir.h"
 #include "common/hash.h"
@@ -59,16 +53,16 @@ struct Header {
 
 // Magic, version, header checksum, reserved bytes and file size: everything that can be judged
 // from the 64-byte header and the buffer's length.
-Status check_header(const std::vector<uint8_t>& bytes, const std::string& name, Header* h) {
+Status check_header(ByteSpan bytes, const std::string& name, Header* h) {
   // A foreign file is named as such even when it is shorter than a header.
-  size_t magic_len = std::min(bytes.size(), sizeof kMagic);
-  if (magic_len == 0 || std::memcmp(bytes.data(), kMagic, magic_len) != 0)
+  size_t magic_len = std::min(bytes.size, sizeof kMagic);
+  if (magic_len == 0 || std::memcmp(bytes.data, kMagic, magic_len) != 0)
     return format_error(name, "header", "not a Foundry container (bad magic)");
-  if (bytes.size() < kContainerHeaderSize)
-    return format_error(name, "header", "truncated: the file is " + std::to_string(bytes.size()) +
+  if (bytes.size < kContainerHeaderSize)
+    return format_error(name, "header", "truncated: the file is " + std::to_string(bytes.size) +
                                             " bytes, shorter than the " + std::to_string(kContainerHeaderSize) +
                                             "-byte header");
-  ByteReader r(bytes.data(), kContainerHeaderSize);
+  ByteReader r(bytes.data, kContainerHeaderSize);
   r.skip(sizeof kMagic);
   r.u32(&h->version);
   r.u32(&h->section_count);
@@ -85,30 +79,30 @@ Status check_header(const std::vector<uint8_t>& bytes, const std::string& name, 
     return Error(FOUNDRY_ERR_VERSION, name + ": header: container format version " + std::to_string(h->version) +
                                           " is newer than this build reads (version " +
                                           std::to_string(kContainerVersion) + ")");
-  uint64_t computed = hash64(bytes.data(), kHeaderChecksummed);
+  uint64_t computed = hash64(bytes.data, kHeaderChecksummed);
   if (computed != h->header_checksum) return checksum_error(name, "header", h->header_checksum, computed);
-  if (!all_zero(bytes.data() + kHeaderReservedStart, kContainerHeaderSize - kHeaderReservedStart))
+  if (!all_zero(bytes.data + kHeaderReservedStart, kContainerHeaderSize - kHeaderReservedStart))
     return format_error(name, "header", "reserved bytes 40..63 are not zero");
-  if (h->file_size > bytes.size())
+  if (h->file_size > bytes.size)
     return format_error(name, "header", "truncated: the header records " + std::to_string(h->file_size) +
-                                            " bytes but the file has " + std::to_string(bytes.size()));
-  if (h->file_size < bytes.size())
-    return format_error(name, "header", "extended: the file has " + std::to_string(bytes.size()) +
+                                            " bytes but the file has " + std::to_string(bytes.size));
+  if (h->file_size < bytes.size)
+    return format_error(name, "header", "extended: the file has " + std::to_string(bytes.size) +
                                             " bytes but the header records " + std::to_string(h->file_size));
   return Status::Ok();
 }
 
 // The table's bounds and checksum, then each entry decoded.
-Status read_table(const std::vector<uint8_t>& bytes, const std::string& name, const Header& h,
+Status read_table(ByteSpan bytes, const std::string& name, const Header& h,
                   std::vector<Section>* out) {
   // Divide rather than multiply so a hostile count cannot overflow.
-  size_t room = bytes.size() - kContainerHeaderSize;
+  size_t room = bytes.size - kContainerHeaderSize;
   if (h.section_count > room / kContainerEntrySize)
     return format_error(name, "section table", "truncated: " + std::to_string(h.section_count) + " entries of " +
                                                    std::to_string(kContainerEntrySize) + " bytes do not fit in the " +
                                                    std::to_string(room) + " bytes after the header");
   size_t table_size = static_cast<size_t>(h.section_count) * kContainerEntrySize;
-  const uint8_t* table = bytes.data() + kContainerHeaderSize;
+  const uint8_t* table = bytes.data + kContainerHeaderSize;
   uint64_t computed = hash64(table, table_size);
   if (computed != h.table_checksum) return checksum_error(name, "section table", h.table_checksum, computed);
 
@@ -126,8 +120,8 @@ Status read_table(const std::vector<uint8_t>& bytes, const std::string& name, co
 
 // Each section inside the data area and aligned; sections pairwise disjoint; every byte outside
 // the sections zero (so that padding cannot carry unchecked data).
-Status check_layout(const std::vector<uint8_t>& bytes, const std::string& name, const std::vector<Section>& sections) {
-  const uint64_t file_size = bytes.size();
+Status check_layout(ByteSpan bytes, const std::string& name, const std::vector<Section>& sections) {
+  const uint64_t file_size = bytes.size;
   const uint64_t data_start = kContainerHeaderSize + sections.size() * kContainerEntrySize;
   for (size_t i = 0; i < sections.size(); ++i) {
     const Section& s = sections[i];
@@ -160,7 +154,7 @@ Status check_layout(const std::vector<uint8_t>& bytes, const std::string& name, 
       return format_error(name, section_label(i, s),
                           "overlaps " + (prev ? section_label(prev_index, *prev) : std::string("the section table")) +
                               " at offset " + std::to_string(s.offset));
-    if (!all_zero(bytes.data() + cursor, s.offset - cursor))
+    if (!all_zero(bytes.data + cursor, s.offset - cursor))
       return format_error(name, "padding before " + section_label(i, s), "non-zero bytes in [" +
                                                                            std::to_string(cursor) + ", " +
                                                                            std::to_string(s.offset) + ")");
@@ -168,67 +162,20 @@ Status check_layout(const std::vector<uint8_t>& bytes, const std::string& name, 
     prev = &s;
     prev_index = i;
   }
-  if (!all_zero(bytes.data() + cursor, file_size - cursor))
+  if (!all_zero(bytes.data + cursor, file_size - cursor))
     return format_error(name, "trailing padding",
                         "non-zero bytes in [" + std::to_string(cursor) + ", " + std::to_string(file_size) + ")");
   return Status::Ok();
 }
 
-Status check_section_checksums(const std::vector<uint8_t>& bytes, const std::string& name,
+Status check_section_checksums(ByteSpan bytes, const std::string& name,
                                const std::vector<Section>& sections) {
   for (size_t i = 0; i < sections.size(); ++i) {
     const Section& s = sections[i];
     // Bounds were checked by check_layout; an empty section may sit at the very end of the file.
-    uint64_t computed = hash64(s.size == 0 ? nullptr : bytes.data() + s.offset, static_cast<size_t>(s.size));
+    uint64_t computed = hash64(s.size == 0 ? nullptr : bytes.data + s.offset, static_cast<size_t>(s.size));
     if (computed != s.checksum) return checksum_error(name, section_label(i, s), s.checksum, computed);
   }
-  return Status::Ok();
-}
-
-Status read_whole_file(const std::string& path, uint64_t max_size, std::vector<uint8_t>* out) {
-  // O_NOFOLLOW: a symlink planted in place of an archive file must not redirect the read.
-  // O_NONBLOCK: opening a FIFO put in its place must not hang; it is then refused as non-regular.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) {
-    int err = errno;
-    if (err == ENOENT) return Error(FOUNDRY_ERR_NOT_FOUND, path + ": no such file");
-    if (err == ELOOP)
-      return Error(FOUNDRY_ERR_IO, path + ": is a symbolic link; refusing to follow it");
-    return Error(FOUNDRY_ERR_IO, path + ": cannot open: " + std::strerror(err));
-  }
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return Error(FOUNDRY_ERR_IO, path + ": cannot stat: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return Error(FOUNDRY_ERR_IO, path + ": not a regular file");
-  uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size > max_size)
-    return Error(FOUNDRY_ERR_FORMAT, path + ": the file is " + std::to_string(size) + " bytes, more than the " +
-                                         std::to_string(max_size) + "-byte limit for a container");
-  try {
-    out->resize(static_cast<size_t>(size));
-  } catch (const std::bad_alloc&) {
-    return Error(FOUNDRY_ERR_IO, path + ": out of memory reading " + std::to_string(size) + " bytes");
-  }
-
-  // Read what fstat promised. A file that shrinks meanwhile gives a short buffer, which parse()
-  // reports as truncated; one that grows is read only up to the size seen, which parse() reports
-  // through the recorded file size if it matters.
-  size_t done = 0;
-  while (done < out->size()) {
-    ssize_t n = ::read(fd, out->data() + done, out->size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Error(FOUNDRY_ERR_IO, path + ": read failed at offset " + std::to_string(done) + ": " +
-                                       std::strerror(errno));
-    }
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  out->resize(done);
   return Status::Ok();
 }
 
@@ -289,12 +236,17 @@ Status write_container_file(const std::string& path, const ContainerWriter& writ
 }
 
 Result<Container> Container::parse(std::vector<uint8_t> bytes, const std::string& name_for_errors) {
+  return parse_file_bytes(FileBytes(std::move(bytes)), name_for_errors);
+}
+
+Result<Container> Container::parse_file_bytes(FileBytes bytes, const std::string& name_for_errors) {
+  const ByteSpan span = bytes.span();
   Header h;
-  FOUNDRY_RETURN_IF_ERROR(check_header(bytes, name_for_errors, &h));
+  FOUNDRY_RETURN_IF_ERROR(check_header(span, name_for_errors, &h));
   std::vector<Section> sections;
-  FOUNDRY_RETURN_IF_ERROR(read_table(bytes, name_for_errors, h, &sections));
-  FOUNDRY_RETURN_IF_ERROR(check_layout(bytes, name_for_errors, sections));
-  FOUNDRY_RETURN_IF_ERROR(check_section_checksums(bytes, name_for_errors, sections));
+  FOUNDRY_RETURN_IF_ERROR(read_table(span, name_for_errors, h, &sections));
+  FOUNDRY_RETURN_IF_ERROR(check_layout(span, name_for_errors, sections));
+  FOUNDRY_RETURN_IF_ERROR(check_section_checksums(span, name_for_errors, sections));
 
   Container c;
   c.name_ = name_for_errors;
@@ -305,9 +257,9 @@ Result<Container> Container::parse(std::vector<uint8_t> bytes, const std::string
 }
 
 Result<Container> Container::read_file(const std::string& path, uint64_t max_size) {
-  std::vector<uint8_t> bytes;
-  FOUNDRY_RETURN_IF_ERROR(read_whole_file(path, max_size, &bytes));
-  return parse(std::move(bytes), path);
+  auto bytes = FileBytes::read(path, max_size);
+  if (!bytes.ok()) return bytes.status();
+  return parse_file_bytes(std::move(bytes.value()), path);
 }
 
 const Section* Container::find(uint32_t type) const {

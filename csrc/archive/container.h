@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "archive/bytes.h"
+#include "archive/file_bytes.h"
 #include "common/status.h"
 
 namespace foundry {
@@ -70,8 +71,8 @@ class Container {
 
   // Validates everything (see the layout above) before returning; errors name `name_for_errors`.
   static Result<Container> parse(std::vector<uint8_t> bytes, const std::string& name_for_errors);
-  // Reads and parses a file. Refuses a symlink in place of the file, anything that is not a
-  // regular file, and files larger than max_size.
+  // Reads (maps, see FileBytes) and parses a file. Refuses a symlink in place of the file,
+  // anything that is not a regular file, and files larger than max_size.
   static Result<Container> read_file(const std::string& path, uint64_t max_size = kDefaultMaxContainerSize);
 
   const std::string& name() const { return name_; }
@@ -90,9 +91,11 @@ class Container {
   Result<ByteReader> reader(uint32_t type) const;
 
  private:
+  static Result<Container> parse_file_bytes(FileBytes bytes, const std::string& name_for_errors);
+
   std::string name_;
   uint32_t version_ = 0;
-  std::vector<uint8_t> bytes_;
+  FileBytes bytes_;
   std::vector<Section> sections_;
 };
 

@@ -273,8 +273,10 @@ void write_edge(ByteWriter& w, const Edge& e) {
 Status read_nodes(ByteReader& r, GraphModel* g, int depth, const std::vector<std::string>* names) {
   uint32_t n = 0;
   if (!r.count32(&n, kMinNodeBytes)) return r.status(("graph node count" + at_depth(depth)).c_str());
-  // Not reserved: a Node is far larger than its smallest encoding, so the vector grows only as
-  // nodes are actually decoded.
+  // Reserved up to a cap: a Node is far larger than its smallest encoding, so a hostile count may
+  // not size the vector, but a real graph (a few thousand nodes) is decoded without reallocating.
+  constexpr uint32_t kReserveCap = 1u << 14;
+  g->nodes.reserve(std::min(n, kReserveCap));
   for (uint32_t i = 0; i < n; ++i) {
     Node node;
     FOUNDRY_RETURN_IF_ERROR(within("graph node " + std::to_string(i) + at_depth(depth), read_node(r, &node, depth, names)));

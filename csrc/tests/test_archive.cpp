@@ -18,6 +18,7 @@
 #include "archive/atomic_dir.h"
 #include "archive/bytes.h"
 #include "archive/container.h"
+#include "archive/file_bytes.h"
 #include "common/hash.h"
 #include "tests/check.h"
 
@@ -407,6 +408,52 @@ TEST_CASE("container: files, symlinks and non-regular files") {
   write_text(dir + "/junk", "this is not a container at all, not even close........................");
   Result<Container> j = Container::read_file(dir + "/junk");
   CHECK(contains(j.status().message(), dir + "/junk: header: not a Foundry container"));
+}
+
+TEST_CASE("file bytes: mapped and copied reads hold the same bytes; a truncated file is refused either way") {
+  std::string dir = fresh_dir("filebytes");
+  std::string path = dir + "/c.fdry";
+  ContainerWriter w;
+  w.add(1, pseudo_random(300000, 5));
+  w.add(2, bytes_of("tail"));
+  CHECK(write_container_file(path, w).ok());
+  std::vector<uint8_t> expected = w.finish();
+
+  ::unsetenv("FOUNDRY_READ_MAP");
+  Result<FileBytes> mapped = FileBytes::read(path, 1u << 30);
+  CHECK(mapped.ok() && mapped.value().mapped());
+  ::setenv("FOUNDRY_READ_MAP", "0", 1);
+  Result<FileBytes> copied = FileBytes::read(path, 1u << 30);
+  ::unsetenv("FOUNDRY_READ_MAP");
+  CHECK(copied.ok() && !copied.value().mapped());
+  for (const Result<FileBytes>* r : {&mapped, &copied}) {
+    CHECK(r->ok() && r->value().size() == expected.size() &&
+          std::memcmp(r->value().data(), expected.data(), expected.size()) == 0);
+  }
+
+  // Moving keeps the bytes where they are (the mapping or the buffer travels, not a copy).
+  const uint8_t* at = mapped.value().data();
+  FileBytes moved = std::move(mapped.value());
+  CHECK(moved.data() == at && moved.mapped() && moved.size() == expected.size());
+  FileBytes assigned;
+  assigned = std::move(moved);
+  CHECK(assigned.data() == at && moved.data() == nullptr && moved.size() == 0);
+
+  // An empty file is not mapped (nothing to map) and is named as foreign by the container.
+  write_text(dir + "/empty", "");
+  Result<FileBytes> empty = FileBytes::read(dir + "/empty", 100);
+  CHECK(empty.ok() && empty.value().size() == 0 && !empty.value().mapped());
+  CHECK_EQ(Container::read_file(dir + "/empty").status().code(), FOUNDRY_ERR_FORMAT);
+
+  // Truncated on disk before the read: both ways report the truncation, neither faults.
+  CHECK_EQ(::truncate(path.c_str(), static_cast<off_t>(expected.size() - 100)), 0);
+  for (const char* map : {"1", "0"}) {
+    ::setenv("FOUNDRY_READ_MAP", map, 1);
+    Result<Container> t = Container::read_file(path);
+    CHECK_EQ(t.status().code(), FOUNDRY_ERR_FORMAT);
+    CHECK(contains(t.status().message(), "truncated"));
+  }
+  ::unsetenv("FOUNDRY_READ_MAP");
 }
 
 // ---- atomic_dir -------------------------------------------------------------------------------

@@ -1,0 +1,125 @@
+#include "archive/file_bytes.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <utility>
+
+namespace foundry {
+namespace {
+
+struct Fd {
+  int fd;
+  ~Fd() { ::close(fd); }
+};
+
+bool mapping_allowed() {
+  const char* v = std::getenv("FOUNDRY_READ_MAP");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+Status copy_file(int fd, const std::string& path, size_t size, std::vector<uint8_t>* out) {
+  try {
+    out->resize(size);
+  } catch (const std::bad_alloc&) {
+    return Error(FOUNDRY_ERR_IO, path + ": out of memory reading " + std::to_string(size) + " bytes");
+  }
+  // Read what fstat promised. A file that shrinks meanwhile gives a short buffer, which the
+  // container reports as truncated; one that grows is read only up to the size seen.
+  size_t done = 0;
+  while (done < out->size()) {
+    ssize_t n = ::pread(fd, out->data() + done, out->size() - done, static_cast<off_t>(done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error(FOUNDRY_ERR_IO, path + ": read failed at offset " + std::to_string(done) + ": " +
+                                       std::strerror(errno));
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  out->resize(done);
+  return Status::Ok();
+}
+
+// The file's pages mapped read-only, or null when mapping is not possible here (the caller copies).
+const uint8_t* map_file(int fd, size_t size) {
+  if (size == 0 || !mapping_allowed()) return nullptr;
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+  if (p == MAP_FAILED) return nullptr;
+  // A file that shrank since fstat would fault past its new end: check before any byte is read.
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < size) {
+    ::munmap(p, size);
+    return nullptr;
+  }
+  return static_cast<const uint8_t*>(p);
+}
+
+}  // namespace
+
+FileBytes::FileBytes(std::vector<uint8_t> owned)
+    : owned_(std::move(owned)), data_(owned_.data()), size_(owned_.size()) {}
+
+FileBytes::~FileBytes() { release(); }
+
+FileBytes::FileBytes(FileBytes&& other) noexcept { *this = std::move(other); }
+
+FileBytes& FileBytes::operator=(FileBytes&& other) noexcept {
+  if (this == &other) return *this;
+  release();
+  // A moved vector keeps its heap buffer, so data_ stays valid for owned bytes too.
+  owned_ = std::move(other.owned_);
+  data_ = other.data_;
+  size_ = other.size_;
+  mapped_ = other.mapped_;
+  other.data_ = nullptr;
+  other.size_ = 0;
+  other.mapped_ = false;
+  return *this;
+}
+
+void FileBytes::release() {
+  if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  owned_.clear();
+  data_ = nullptr;
+  size_ = 0;
+  mapped_ = false;
+}
+
+Result<FileBytes> FileBytes::read(const std::string& path, uint64_t max_size) {
+  // O_NOFOLLOW: a symlink planted in place of an archive file must not redirect the read.
+  // O_NONBLOCK: opening a FIFO put in its place must not hang; it is then refused as non-regular.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) return Error(FOUNDRY_ERR_NOT_FOUND, path + ": no such file");
+    if (err == ELOOP) return Error(FOUNDRY_ERR_IO, path + ": is a symbolic link; refusing to follow it");
+    return Error(FOUNDRY_ERR_IO, path + ": cannot open: " + std::strerror(err));
+  }
+  Fd closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return Error(FOUNDRY_ERR_IO, path + ": cannot stat: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return Error(FOUNDRY_ERR_IO, path + ": not a regular file");
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > max_size)
+    return Error(FOUNDRY_ERR_FORMAT, path + ": the file is " + std::to_string(size) + " bytes, more than the " +
+                                         std::to_string(max_size) + "-byte limit for a container");
+  FileBytes out;
+  if (const uint8_t* p = map_file(fd, static_cast<size_t>(size))) {
+    out.data_ = p;
+    out.size_ = static_cast<size_t>(size);
+    out.mapped_ = true;
+    return Result<FileBytes>(std::move(out));
+  }
+  std::vector<uint8_t> bytes;
+  FOUNDRY_RETURN_IF_ERROR(copy_file(fd, path, static_cast<size_t>(size), &bytes));
+  return Result<FileBytes>(FileBytes(std::move(bytes)));
+}
+
+}  // namespace foundry
