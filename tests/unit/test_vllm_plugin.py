@@ -39,8 +39,9 @@ _real_hosts_engine = register_mod.hosts_engine
 PLUGIN = Plugin(register_mod, runtime, patching, worker_patches, capture_patches, cli, seams)
 
 FOUNDRY_ENV = ("FOUNDRY_ARCHIVE", "FOUNDRY_MODE", "FOUNDRY_STRICT", "FOUNDRY_FALLBACK", "FOUNDRY_VLLM_JIT_WARMUP",
-               "FOUNDRY_VLLM_CHECK_METADATA", "FOUNDRY_VLLM_INSTANTIATE", "LD_PRELOAD", "VLLM_WORKER_MULTIPROC_METHOD",
-               "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "VLLM_ENABLE_V1_MULTIPROCESSING")
+               "FOUNDRY_VLLM_CHECK_METADATA", "FOUNDRY_VLLM_INSTANTIATE", "FOUNDRY_VLLM_DP_SIZE",
+               "FOUNDRY_VLLM_DP_SIZE_LOCAL", "FOUNDRY_VLLM_DP_BACKEND", "LD_PRELOAD",
+               "VLLM_WORKER_MULTIPROC_METHOD", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "VLLM_ENABLE_V1_MULTIPROCESSING")
 
 
 @pytest.fixture(autouse=True)
@@ -405,6 +406,20 @@ def test_cli_without_flags_leaves_the_environment(fake_vllm, activations):
     assert "FOUNDRY_MODE" not in os.environ and not activations
 
 
+def test_cli_exports_the_data_parallel_size_for_dense_replicas(fake_vllm, activations, monkeypatch):
+    monkeypatch.setenv("FOUNDRY_VLLM_DP_SIZE", "4")  # a stale value: every start overwrites it
+    cli.install(strict=True)
+    arg_utils = fake_vllm["vllm.engine.arg_utils"]
+    arg_utils.EngineArgs.from_cli_args(arg_utils.EngineArgs.add_cli_args(argparse.ArgumentParser()).parse_args([]))
+    assert os.environ["FOUNDRY_VLLM_DP_SIZE"] == "1"
+    cli.export_replicas(types.SimpleNamespace(data_parallel_size=2))
+    assert os.environ["FOUNDRY_VLLM_DP_SIZE"] == "2" and os.environ["FOUNDRY_VLLM_DP_SIZE_LOCAL"] == "2"
+    assert os.environ["FOUNDRY_VLLM_DP_BACKEND"] == "mp"
+    cli.export_replicas(types.SimpleNamespace(data_parallel_size=4, data_parallel_size_local=2,
+                                              data_parallel_backend="ray"))
+    assert [os.environ[f"FOUNDRY_VLLM_DP_{k}"] for k in ("SIZE", "SIZE_LOCAL", "BACKEND")] == ["4", "2", "ray"]
+
+
 def test_cli_mode_off_is_exported_without_activation(fake_vllm, activations, monkeypatch, tmp_path):
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
     cli.install(strict=True)
@@ -557,11 +572,20 @@ def test_modes_list_every_problem_at_once():
     assert modes.unsupported_settings(fake_config()) == []
 
 
-def test_data_parallel_is_supported_through_vllms_launcher_only():
-    dp2 = {"parallel_config.data_parallel_size": 2}
-    assert modes.unsupported_settings(fake_config(**dp2, **{"parallel_config.data_parallel_backend": "mp"})) == []
-    ray = modes.unsupported_settings(fake_config(**dp2, **{"parallel_config.data_parallel_backend": "ray"}))
+def test_data_parallel_of_dense_models_on_one_node_through_vllms_launcher_only(monkeypatch):
+    dense_replica = fake_config(**{"parallel_config.data_parallel_index": 1})  # what vLLM gives a dense replica
+    monkeypatch.setenv("FOUNDRY_VLLM_DP_SIZE", "2")
+    assert modes.unsupported_settings(dense_replica) == []
+    # A MoE replica keeps data_parallel_size > 1 inside its engine: refused until it has run.
+    moe = modes.unsupported_settings(fake_config(**{"parallel_config.data_parallel_size": 2}))
+    assert len(moe) == 1 and "mixture-of-experts" in moe[0]
+    monkeypatch.setenv("FOUNDRY_VLLM_DP_BACKEND", "ray")
+    ray = modes.unsupported_settings(dense_replica)
     assert len(ray) == 1 and "data parallel through 'ray'" in ray[0]
+    monkeypatch.setenv("FOUNDRY_VLLM_DP_BACKEND", "mp")
+    monkeypatch.setenv("FOUNDRY_VLLM_DP_SIZE_LOCAL", "1")
+    nodes = modes.unsupported_settings(dense_replica)
+    assert len(nodes) == 1 and "across nodes (1 of 2 replicas" in nodes[0]
     problems = modes.unsupported_settings(fake_config(**{"parallel_config.enable_expert_parallel": True,
                                                          "parallel_config.nnodes": 2}))
     assert any("expert parallel" in p for p in problems) and any("nnodes=2" in p for p in problems)
@@ -570,7 +594,7 @@ def test_data_parallel_is_supported_through_vllms_launcher_only():
 @pytest.mark.parametrize(("tp", "dp", "dp_rank", "backend", "rank", "expected"), [
     (1, 1, 0, None, 0, 0),                    # one GPU
     (2, 1, 0, None, 1, 1),                    # tensor parallel: the engine's rank is global
-    (1, 2, 1, None, 0, 1),                    # data parallel: replica 1's only worker
+    (1, 2, 1, None, 0, 1),                    # MoE data parallel: replica 1's only worker
     (2, 2, 1, None, 1, 3),                    # replica 1, its second tensor-parallel rank
     (2, 2, 1, "external_launcher", 3, 3),     # torchrun-style launch: vLLM does not offset
 ])
@@ -580,6 +604,28 @@ def test_global_rank_offsets_by_the_data_parallel_rank_as_vllm_does(tp, dp, dp_r
                          "parallel_config.distributed_executor_backend": backend})
     assert ranks.global_rank(cfg, rank) == expected
     assert ranks.world_size(cfg) == tp * dp
+    assert adapter_mod.VllmAdapter(cfg, environ={}).foundry_parallel_config()["dp"] == dp
+
+
+@pytest.mark.parametrize(("tp", "index", "rank", "expected"), [(1, 0, 0, 0), (1, 1, 0, 1), (2, 1, 1, 3)])
+def test_dense_replicas_take_their_index_from_data_parallel_index(tp, index, rank, expected):
+    # vLLM 0.25's run_engine_core: a dense model's replica runs with data_parallel_size=1 and
+    # data_parallel_rank=0; only data_parallel_index (and the CLI's export) tell the replicas apart.
+    cfg = fake_config(**{"parallel_config.tensor_parallel_size": tp, "parallel_config.data_parallel_index": index})
+    env = {"FOUNDRY_VLLM_DP_SIZE": "2"}
+    assert ranks.global_rank(cfg, rank, env) == expected and ranks.replicas(cfg, env) == (index, 2)
+    assert ranks.world_size(cfg) == tp  # vLLM's world is the replica's own
+    parallel = adapter_mod.VllmAdapter(cfg, environ=env).foundry_parallel_config()
+    assert parallel["dp"] == 2 and parallel["tp"] == tp
+
+
+def test_a_dense_replica_without_the_exported_count_is_refused():
+    cfg = fake_config(**{"parallel_config.data_parallel_index": 1})
+    with pytest.raises(StateError, match="replica 1"):
+        ranks.global_rank(cfg, 0, {})
+    with pytest.raises(InvalidArgumentError, match="FOUNDRY_VLLM_DP_SIZE"):
+        ranks.replicas(cfg, {"FOUNDRY_VLLM_DP_SIZE": "two"})
+    assert ranks.replicas(fake_config(), {}) == (0, 1)
 
 
 def test_tensor_parallel_is_supported_and_all_reduces_through_nccl(monkeypatch):
@@ -638,7 +684,7 @@ def test_patching_refuses_changed_parameters(fake_vllm):
 
 class FakeSession:
     def __init__(self, mode, state=None, archive=None, log=None):
-        self.mode = mode
+        self.mode = self.requested = mode
         self.state = state
         self.archive = archive
         self.log = log if log is not None else []
@@ -781,12 +827,13 @@ def worker_env(fake_vllm, monkeypatch, tmp_path):
     cg = fake_vllm["vllm.v1.worker.gpu.cudagraph_utils"]
     worker_mod = fake_vllm["vllm.v1.worker.gpu_worker"]
 
-    def start(mode, state=None, archive_names=None, metadata_ptr=0x5000, blocks=64, config=None):
+    def start(mode, state=None, archive_names=None, metadata_ptr=0x5000, blocks=64, config=None, requested=None):
         cg.LOG.clear()
         log = cg.LOG
         monkeypatch.setenv("FOUNDRY_MODE", mode)
         archive = FakeArchive(archive_names, log, cg.FakeTensor(0x7000)) if archive_names is not None else None
         session = FakeSession(Mode(mode), state=state, archive=archive, log=log)
+        session.requested = Mode(requested or mode)  # auto resolves to save or load on each rank
         monkeypatch.setattr(runtime, "EngineSession", lambda *a, **k: session)
         dev_log: list = []
         monkeypatch.setattr(runtime, "DeviceOps", lambda: FakeDevice(dev_log))
@@ -930,45 +977,70 @@ def test_tensor_parallel_ranks_load_together_or_fall_back_together(worker_env, f
     tp2 = fake_config(**{"compilation_config.cudagraph_mode": cg.CUDAGraphMode.FULL_DECODE_ONLY,
                          "parallel_config.tensor_parallel_size": 2})
 
-    def load(answers, archive_names=names):
+    def load(answers, archive_names=names, blocks=64):
         tp_peer["answers"], tp_peer["calls"] = list(answers), []
-        return worker_env("load", state=state, archive_names=archive_names, config=tp2)
+        return worker_env("load", state=state, archive_names=archive_names, config=tp2, blocks=blocks)
 
-    # Both agreements (the KV cache's memory, then the restore) pass: the graphs are restored.
+    # The three agreements (the KV cache's memory, before the warmup, the restore) pass: restored.
     log, session, *_ = load([])
-    assert tp_peer["calls"] == [(1, "world"), (1, "world")] and session.mode is Mode.LOAD and not _fallbacks(log)
+    assert tp_peer["calls"] == [(1, "world")] * 3 and session.mode is Mode.LOAD and not _fallbacks(log)
     # The peer cannot restore: this rank captures too.
-    log, session, *_ = load([True, False])
-    assert tp_peer["calls"] == [(1, "world"), (1, "world")] and session.mode is Mode.SAVE and "save" in log
+    log, session, *_ = load([True, True, False])
+    assert tp_peer["calls"] == [(1, "world")] * 3 and session.mode is Mode.SAVE and "save" in log
     assert "another rank could not restore" in _fallbacks(log)[0]
-    # The peer lacks the memory: both profile (SAVE) from the start; no restore agreement follows.
+    # The peer lacks the memory (or fell back earlier): both profile (SAVE) from the start, and
+    # this rank answers no to the later agreement; no restore agreement follows.
     log, session, *_ = load([False])
-    assert tp_peer["calls"] == [(1, "world")] and "profile_run" in log
-    assert "another rank lacks the free memory" in _fallbacks(log)[0]
+    assert tp_peer["calls"] == [(1, "world"), (0, "world")] and "profile_run" in log
+    assert "another rank does not LOAD" in _fallbacks(log)[0]
+    # The peer fell back after the first agreement (its KV-cache blocks): both warm up and capture.
+    log, session, *_ = load([True, False])
+    assert tp_peer["calls"] == [(1, "world")] * 2 and "kernel_warmup" in log and "save" in log
+    assert "fell back before the warmup" in _fallbacks(log)[0]
+    # This rank falls back there: it still answers, saying so.
+    log, session, *_ = load([], blocks=65)
+    assert tp_peer["calls"] == [(1, "world"), (0, "world")] and "65 blocks" in _fallbacks(log)[0]
     # A rank that cannot restore still answers, once, saying so.
     load([], archive_names=names[:-1])
-    assert tp_peer["calls"] == [(1, "world"), (0, "world")]
+    assert tp_peer["calls"] == [(1, "world"), (1, "world"), (0, "world")]
 
 
-def test_data_parallel_replica_owns_its_global_rank_and_agrees_with_the_world(worker_env, fake_vllm, tp_peer,
-                                                                              monkeypatch):
+def test_a_rank_that_fell_back_before_the_memory_agreement_still_answers(worker_env, fake_vllm, tp_peer):
+    cg = fake_vllm["vllm.v1.worker.gpu.cudagraph_utils"]
+    tp2 = fake_config(**{"compilation_config.cudagraph_mode": cg.CUDAGraphMode.FULL_DECODE_ONLY,
+                         "parallel_config.tensor_parallel_size": 2})
+    # A SAVE start: no rank can LOAD, nothing to agree on.
+    log, *_ = worker_env("save", config=tp2)
+    assert tp_peer["calls"] == [] and "save" in log
+    # Auto mode, this rank's archive unusable (SAVE) while a peer may LOAD: it answers no at each
+    # agreement, so the peer profiles and captures with it instead of waiting for it forever.
+    log, *_ = worker_env("save", config=tp2, requested="auto")
+    assert tp_peer["calls"] == [(0, "world"), (0, "world")] and "profile_run" in log and "save" in log
+
+
+def test_mixture_of_experts_replicas_are_refused_before_the_device(worker_env, fake_vllm):
+    cg = fake_vllm["vllm.v1.worker.gpu.cudagraph_utils"]
+    replica1 = fake_config(**{"compilation_config.cudagraph_mode": cg.CUDAGraphMode.FULL_DECODE_ONLY,
+                              "parallel_config.data_parallel_size": 2, "parallel_config.data_parallel_rank": 1})
+    with pytest.raises(modes.UnsupportedConfigError, match="mixture-of-experts"):
+        worker_env("save", config=replica1)
+    assert "set_device" not in cg.LOG
+
+
+def test_dense_replica_owns_its_global_rank_and_agrees_alone(worker_env, fake_vllm, tp_peer, monkeypatch):
     worker_env("save")
     names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
     cg = fake_vllm["vllm.v1.worker.gpu.cudagraph_utils"]
     started = []
     start = runtime.start
     monkeypatch.setattr(runtime, "start", lambda cfg, rank, **kw: started.append(rank) or start(cfg, rank, **kw))
+    monkeypatch.setenv("FOUNDRY_VLLM_DP_SIZE", "2")  # exported by `vllm serve --data-parallel-size 2`
+    # What vLLM 0.25 hands replica 1 of a dense model: data parallel size 1, rank 0, index 1.
     replica1 = fake_config(**{"compilation_config.cudagraph_mode": cg.CUDAGraphMode.FULL_DECODE_ONLY,
-                              "parallel_config.data_parallel_size": 2, "parallel_config.data_parallel_rank": 1,
-                              "parallel_config.data_parallel_backend": "mp"})
+                              "parallel_config.data_parallel_index": 1})
     log, session, *_ = worker_env("load", state=state, archive_names=names, config=replica1)
-    # vLLM calls the replica's only worker rank 0; its archive is rank1's.
     assert started == [1] and session.mode is Mode.LOAD and not _fallbacks(log)
-    # Replicas meet on every forward (DP padding sync): the LOAD decisions are the world's.
-    assert tp_peer["calls"] == [(1, "world"), (1, "world")]
-    tp_peer["answers"], tp_peer["calls"] = [True, False], []
-    log, session, *_ = worker_env("load", state=state, archive_names=names, config=replica1)
-    assert session.mode is Mode.SAVE and "another rank could not restore" in _fallbacks(log)[0]
+    assert tp_peer["calls"] == []  # its world is its own: no collective meets the other replica
 
 
 def test_unsupported_configuration_is_refused_before_the_device(worker_env, fake_vllm):

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 from foundry_core.engine import EngineAdapter
 from foundry_core.engine.values import plain
 
+from vllm_foundry import ranks
 from vllm_foundry.modes import config_value as _get
 
 logger = logging.getLogger("foundry.vllm")
@@ -80,7 +81,9 @@ class VllmAdapter(EngineAdapter):
         pc = _get(self.config, "parallel_config")
         tp = int(_get(pc, "tensor_parallel_size", default=1))
         pp = int(_get(pc, "pipeline_parallel_size", default=1))
-        dp = int(_get(pc, "data_parallel_size", default=1))
+        # The start's replicas, not the config's data_parallel_size: vLLM sets that to 1 in
+        # each replica of a dense model (ranks.py), and every rank must record one topology.
+        dp = ranks.replicas(self.config, self._environ)[1]
         ep = tp * dp if _get(pc, "enable_expert_parallel", default=False) else 1
         return {"tp": tp, "pp": pp, "dp": dp, "ep": ep}
 

@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
 from foundry_core.engine import Settings, flags
 from foundry_core.engine.flags import ARCHIVE_FLAG, MODE_FLAG, export, settings_from_args
 
-from vllm_foundry import patching
+from vllm_foundry import patching, ranks
 
 logger = logging.getLogger("foundry.vllm")
 
 __all__ = ["ARCHIVE_FLAG", "MODE_FLAG", "add_foundry_args", "settings_from_args", "export", "apply_cli_args",
-           "wrap_add_cli_args", "wrap_from_cli_args", "install"]
+           "wrap_add_cli_args", "wrap_from_cli_args", "export_replicas", "install"]
 
 
 def add_foundry_args(parser: Any) -> Any:
@@ -44,9 +45,26 @@ def wrap_add_cli_args(original: Callable[..., Any]) -> Callable[..., Any]:
     return flags.wrap_add_cli_args(original, lambda parser: add_foundry_args(parser))
 
 
+def export_replicas(engine_args: Any) -> None:
+    """Exports the data-parallel size (and its local part and backend, which the worker checks) as
+    ``FOUNDRY_VLLM_DP_SIZE`` for the processes vLLM starts later: a dense model's replicas see data_parallel_size=1 in their own config (ranks.py), yet
+    each must know the start's world to name its archive. Every `vllm serve` overwrites it."""
+    size = int(getattr(engine_args, "data_parallel_size", None) or 1)
+    local = getattr(engine_args, "data_parallel_size_local", None)
+    os.environ[ranks.DP_SIZE_ENV] = str(size)
+    os.environ[ranks.DP_SIZE_LOCAL_ENV] = str(int(local) if local is not None else size)
+    os.environ[ranks.DP_BACKEND_ENV] = str(getattr(engine_args, "data_parallel_backend", None) or "mp")
+
+
 def wrap_from_cli_args(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``EngineArgs.from_cli_args`` that then exports the flags and activates Foundry."""
-    return flags.wrap_from_cli_args(original, lambda args, _engine_args: apply_cli_args(args))
+    """``EngineArgs.from_cli_args`` that then exports the flags and the data-parallel size and
+    activates Foundry."""
+
+    def apply(args: argparse.Namespace, engine_args: Any) -> None:
+        export_replicas(engine_args)
+        apply_cli_args(args)
+
+    return flags.wrap_from_cli_args(original, apply)
 
 
 def install(strict: bool) -> bool:

@@ -86,9 +86,9 @@ def unsupported_settings(vllm_config: Any, use_v2_model_runner: bool | None = No
 
 
 def parallel_problems(vllm_config: Any) -> list[str]:
-    """Tensor parallel (NCCL all-reduce inside the graphs) and data parallel (independent
-    replicas, one archive per rank, started by vLLM's own launcher) are supported; pipeline and
-    expert parallel, multi-node and Ray are not."""
+    """Tensor parallel (NCCL all-reduce inside the graphs) and data parallel of dense models
+    (independent replicas, one archive per rank, started by `vllm serve`) are supported; pipeline
+    and expert parallel, multi-node, Ray and mixture-of-experts replicas are not."""
     problems = []
     pp = config_value(vllm_config, "parallel_config", "pipeline_parallel_size", default=1)
     if pp != 1:
@@ -98,12 +98,9 @@ def parallel_problems(vllm_config: Any) -> list[str]:
     nnodes = config_value(vllm_config, "parallel_config", "nnodes", default=1)
     if isinstance(nnodes, int) and nnodes > 1:
         problems.append(f"nnodes={nnodes} is not supported (one node)")
-    dp = config_value(vllm_config, "parallel_config", "data_parallel_size", default=1)
-    backend = config_value(vllm_config, "parallel_config", "data_parallel_backend", default="mp")
-    if isinstance(dp, int) and dp > 1 and backend != "mp":
-        problems.append(f"data parallel through {backend!r} is not supported (its workers do not start with "
-                        "the preload; use data_parallel_backend='mp')")
-    return problems
+    from vllm_foundry import ranks  # ranks reads this module's config accessor
+
+    return problems + ranks.replica_problems(vllm_config)
 
 
 def format_refusal(problems: list[str]) -> str:

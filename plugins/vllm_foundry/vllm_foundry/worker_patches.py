@@ -8,9 +8,12 @@ In startup order (vLLM 0.25.0 line numbers in ``seams.py``'s contract table):
    the device is set): ``session.begin()`` (region set) before NCCL, NCCL's bring-up paused
    (outside the region), the determinism boundary after; tensor parallel all-reduces through NCCL.
 3. ``Worker.determine_available_memory``: LOAD returns the KV-cache bytes SAVE recorded (no
-   ``profile_run``, no CUDA-graph memory profiling); SAVE profiles as vLLM does, paused.
+   ``profile_run``, no CUDA-graph memory profiling); SAVE profiles as vLLM does, paused. In mode
+   load or auto, every rank first answers whether it LOADs (ranks.py): one that fell back alone
+   would profile with collectives its restoring peers never join.
 4. ``Worker.initialize_from_config``: records the KV-cache block count; LOAD checks it.
-5. ``Worker.compile_or_warm_up_model``: the WARMUP phase. Inside it, ``GPUModelRunner._dummy_run``
+5. ``Worker.compile_or_warm_up_model``: the WARMUP phase, after the ranks agree again (a rank may
+   have fallen back at step 4). Inside it, ``GPUModelRunner._dummy_run``
    (compile warmup) and ``kernel_warmup`` are skipped by LOAD and run paused by SAVE;
    ``warmup_kernels`` (V2 JIT warmup) runs paused while the region is open, normally after it;
    ``FOUNDRY_VLLM_JIT_WARMUP=0`` makes LOAD skip it.
@@ -110,30 +113,42 @@ def use_nccl_all_reduce(vllm_config: Any) -> None:
 def wrap_determine_available_memory(original: Callable[..., Any]) -> Callable[..., Any]:
     def determine_available_memory(self: Any, *args: Any, **kwargs: Any) -> int:
         rt = runtime.current()
-        if rt is None or not rt.region_open:
+        if rt is None:
             return original(self, *args, **kwargs)
-        if rt.mode is Mode.LOAD:
-            state = rt.session.recorded_state()
-            assert state is not None
-            kv_bytes = state.kv_cache_bytes
-            free = rt.device.free_memory()
-            # A rank that falls back profiles (forwards with collectives): all ranks must, together.
-            if not ranks.all_ranks(rt, free >= kv_bytes):
-                rt.fall_back(MismatchError(
-                    f"the GPU has {free} bytes free, the archive's KV cache needs {kv_bytes}" if free < kv_bytes
-                    else "another rank lacks the free memory for the archive's KV cache"))
-            else:
-                rt.skipped("memory profiling (profile_run, CUDA-graph memory estimate)")
-                self.available_kv_cache_memory_bytes = kv_bytes
-                rt.adapter.state["kv_cache_bytes"] = kv_bytes
-                logger.info("foundry: KV cache of %d bytes, as recorded at SAVE", kv_bytes)
-                return kv_bytes
+        kv_bytes = _agreed_kv_bytes(rt) if ranks.may_load(rt) else None
+        if kv_bytes is not None:
+            self.available_kv_cache_memory_bytes = kv_bytes
+            return kv_bytes
+        if not rt.region_open:
+            return original(self, *args, **kwargs)
         with runtime.timed("memory profiling"), rt.paused():
             result = original(self, *args, **kwargs)
         rt.adapter.state["kv_cache_bytes"] = int(result)
         return result
 
     return determine_available_memory
+
+
+def _agreed_kv_bytes(rt: runtime.WorkerRuntime) -> int | None:
+    """LOAD's first agreement: the recorded KV-cache bytes when every rank LOADs and has the free
+    memory for them (profiling is skipped), else None (this rank profiles, after falling back if
+    it was loading). Every rank answers, also one that fell back already (its archive, its
+    determinism boundary): it profiles with forwards that meet the others in collectives."""
+    loading = rt.mode is Mode.LOAD and rt.region_open
+    state = rt.session.recorded_state() if loading else None
+    kv_bytes = int(state.kv_cache_bytes) if state is not None else 0
+    free = rt.device.free_memory() if loading else 0
+    if ranks.all_ranks(rt, loading and free >= kv_bytes):  # True only where this rank loads
+        rt.skipped("memory profiling (profile_run, CUDA-graph memory estimate)")
+        rt.adapter.state["kv_cache_bytes"] = kv_bytes
+        logger.info("foundry: KV cache of %d bytes, as recorded at SAVE", kv_bytes)
+        return kv_bytes
+    if loading:
+        rt.fall_back(MismatchError(
+            f"the GPU has {free} bytes free, the archive's KV cache needs {kv_bytes}" if free < kv_bytes
+            else "another rank does not LOAD (its archive, its determinism boundary, or its free memory for the "
+                 "archive's KV cache)"))
+    return None
 
 
 # ---- 4. KV cache ---------------------------------------------------------------------------
@@ -164,12 +179,23 @@ def wrap_compile_or_warm_up_model(original: Callable[..., Any]) -> Callable[...,
         rt = runtime.current()
         if rt is None:
             return original(self, *args, **kwargs)
+        if ranks.may_load(rt):
+            _warmup_agreed(rt)
         # finish() at the end is a no-op after the capture phase ended the region
         with rt.in_phase(Phase.WARMUP, Phase.SERVING,
                          "compile_or_warm_up_model (warmup, capture or restore, JIT warmup)"):
             return original(self, *args, **kwargs)
 
     return compile_or_warm_up_model
+
+
+def _warmup_agreed(rt: runtime.WorkerRuntime) -> None:
+    """LOAD's second agreement, before the first warmup forward: a rank that fell back since the
+    first (its KV-cache blocks) runs the compile and kernel warmups, with collectives, that LOAD
+    skips; its peers then fall back too."""
+    loading = rt.mode is Mode.LOAD and rt.region_open
+    if not ranks.all_ranks(rt, loading) and loading:
+        rt.fall_back(MismatchError("another rank does not LOAD (it fell back before the warmup)"))
 
 
 def _in_warmup(rt: runtime.WorkerRuntime | None) -> bool:
