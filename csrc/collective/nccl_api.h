@@ -25,6 +25,7 @@ struct UniqueId {
 
 // CollectiveCall::op. Point-to-point (ncclSend/ncclRecv) is not recorded yet.
 enum class CollectiveOp : uint32_t { kAllReduce = 0, kAllGather = 1, kReduceScatter = 2, kBroadcast = 3, kReduce = 4 };
+static_assert(static_cast<uint32_t>(CollectiveOp::kReduce) == kMaxCollectiveOp, "graph/model.h names the last op");
 const char* op_name(uint32_t op);
 
 using AllReduceFn = int (*)(const void*, void*, size_t, int, int, Comm, CUstream);

@@ -77,6 +77,9 @@ struct MemcpyNode {
 // again, under capture, on the communicator with the same ordinal, and takes the kernel node NCCL
 // builds: NCCL's device state (its communicator, channels and peer buffers) lives at addresses
 // only the live NCCL knows.
+// The highest CollectiveOp value (collective/nccl_api.h); the payload readers refuse larger ones.
+constexpr uint32_t kMaxCollectiveOp = 4;
+
 struct CollectiveCall {
   uint32_t op = 0;    // CollectiveOp (collective/nccl_api.h)
   uint32_t comm = 0;  // communicator ordinal: its place in the process's order of creation

@@ -390,7 +390,7 @@ bool read_collective(Ctx& c, const Value* v, const std::string& path, Collective
     CollectiveCall x;
     for_each_call_field(x, [&](const char* key, auto& f) { call.u(key, &f); },
                         [&](const char* key, int32_t& f) { call.i32(key, &f); });
-    if (x.op > 4) c.fail(call.at("op"), "unknown collective operation " + std::to_string(x.op));
+    if (x.op > kMaxCollectiveOp) c.fail(call.at("op"), "unknown collective operation " + std::to_string(x.op));
     if (call.finish()) out->calls.push_back(x);
   }
   if (c.ok() && out->calls.empty()) return c.fail(o.at("calls"), "a collective node needs at least one call");

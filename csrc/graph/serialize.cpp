@@ -210,7 +210,6 @@ Status read_memcpy(ByteReader& r, MemcpyNode* m) {
 }
 
 constexpr size_t kCallBytes = 4 * 2 + 8 * 3 + 4 * 5;
-constexpr uint32_t kMaxCollectiveOp = 4;  // CollectiveOp's last value (collective/nccl_api.h)
 
 // The launch's calls (the node's kernel index and NCCL's kernel name are written by the caller).
 void write_calls(ByteWriter& w, const std::vector<CollectiveCall>& calls) {
