@@ -39,32 +39,6 @@ DP_SIZE_LOCAL_ENV = "FOUNDRY_VLLM_DP_SIZE_LOCAL"  # ... of them on this node
 DP_BACKEND_ENV = "FOUNDRY_VLLM_DP_BACKEND"  # ... and how vLLM starts them (mp, ray)
 
 
-def replica_problems(vllm_config: Any, environ: Any = None) -> list[str]:
-    """The data-parallel settings this version refuses: a mixture-of-experts model's replicas
-    (vLLM keeps data_parallel_size > 1 in their engines: they share the experts through
-    collectives across replicas, inside the graphs; not run yet), replicas on several nodes (each
-    node's archive would lack the others' ranks) and replicas started through Ray (their workers
-    do not inherit the preload)."""
-    env = os.environ if environ is None else environ
-    problems = []
-    dp = _size(vllm_config, "data_parallel_size")
-    if dp > 1:
-        problems.append(f"data parallel of a mixture-of-experts model (data_parallel_size={dp} inside the engine: "
-                        "the replicas exchange tokens inside the graphs) is not supported yet; dense models are")
-    try:
-        count, local = int(env.get(DP_SIZE_ENV, "") or 1), int(env.get(DP_SIZE_LOCAL_ENV, "") or 0)
-    except ValueError:
-        return problems  # replicas() names the bad value
-    if count > 1 and 0 < local < count:
-        problems.append(f"data parallel across nodes ({local} of {count} replicas on this node) is not supported "
-                        "(one node)")
-    backend = env.get(DP_BACKEND_ENV, "mp") or "mp"
-    if max(count, dp) > 1 and backend != "mp":
-        problems.append(f"data parallel through {backend!r} is not supported (its workers do not start with the "
-                        "preload; use data_parallel_backend='mp')")
-    return problems
-
-
 def _size(vllm_config: Any, name: str) -> int:
     return int(modes.config_value(vllm_config, "parallel_config", name, default=1) or 1)
 
@@ -79,6 +53,40 @@ def world_size(vllm_config: Any) -> int:
     return _engine_ranks(vllm_config) * _size(vllm_config, "data_parallel_size")
 
 
+def _exported(environ: Any = None) -> tuple[int, int, str]:
+    """(replicas, replicas on this node (0: not said), backend) as process 0's CLI seam exported them."""
+    env = os.environ if environ is None else environ
+    values = {}
+    for name in (DP_SIZE_ENV, DP_SIZE_LOCAL_ENV):
+        try:
+            values[name] = int(env.get(name, "") or 0)
+        except ValueError:
+            raise InvalidArgumentError(f"{name}={env.get(name)!r} is not an integer; `vllm serve` sets it from "
+                                       "--data-parallel-size, so unset it where it was set by hand") from None
+    return max(values[DP_SIZE_ENV], 1), values[DP_SIZE_LOCAL_ENV], env.get(DP_BACKEND_ENV, "") or "mp"
+
+
+def replica_problems(vllm_config: Any, environ: Any = None) -> list[str]:
+    """The data-parallel settings this version refuses: a mixture-of-experts model's replicas
+    (vLLM keeps data_parallel_size > 1 in their engines: they share the experts through
+    collectives across replicas, inside the graphs; not run yet), replicas on several nodes (each
+    node's archive would lack the others' ranks) and replicas started through Ray (their workers
+    do not inherit the preload)."""
+    count, local, backend = _exported(environ)
+    problems = []
+    dp = _size(vllm_config, "data_parallel_size")
+    if dp > 1:
+        problems.append(f"data parallel of a mixture-of-experts model (data_parallel_size={dp} inside the engine: "
+                        "the replicas exchange tokens inside the graphs) is not supported yet; dense models are")
+    if count > 1 and 0 < local < count:
+        problems.append(f"data parallel across nodes ({local} of {count} replicas on this node) is not supported "
+                        "(one node)")
+    if max(count, dp) > 1 and backend != "mp":
+        problems.append(f"data parallel through {backend!r} is not supported (its workers do not start with the "
+                        "preload; use data_parallel_backend='mp')")
+    return problems
+
+
 def replicas(vllm_config: Any, environ: Any = None) -> tuple[int, int]:
     """(this engine's replica index, the number of replicas) of the start; (0, 1) without data
     parallel. StateError when a dense replica's index is outside the exported count (the engine
@@ -86,17 +94,13 @@ def replicas(vllm_config: Any, environ: Any = None) -> tuple[int, int]:
     dp = _size(vllm_config, "data_parallel_size")
     if dp > 1:  # MoE: vLLM left the data-parallel settings as given
         return int(modes.config_value(vllm_config, "parallel_config", "data_parallel_rank", default=0) or 0), dp
-    env = os.environ if environ is None else environ
-    try:
-        count = int(env.get(DP_SIZE_ENV, "") or 1)
-    except ValueError:
-        raise InvalidArgumentError(f"{DP_SIZE_ENV}={env.get(DP_SIZE_ENV)!r} is not an integer") from None
+    count = _exported(environ)[0]
     index = int(modes.config_value(vllm_config, "parallel_config", "data_parallel_index", default=0) or 0)
-    if not 0 <= index < max(count, 1):
+    if not 0 <= index < count:
         raise StateError(f"vllm-foundry: this engine is data-parallel replica {index}, but {DP_SIZE_ENV} says the "
                          f"start has {count} replica(s); start data parallel with `vllm serve --data-parallel-size N` "
                          f"(its CLI seam exports the count), or {modes.OFF_HINT}")
-    return index, max(count, 1)
+    return index, count
 
 
 def global_rank(vllm_config: Any, rank: int, environ: Any = None) -> int:

@@ -129,15 +129,22 @@ def wrap_determine_available_memory(original: Callable[..., Any]) -> Callable[..
     return determine_available_memory
 
 
+def _loading(rt: runtime.WorkerRuntime) -> bool:
+    """Whether this rank is still loading (it has not fallen back, and the region is open)."""
+    return rt.mode is Mode.LOAD and rt.region_open
+
+
 def _agreed_kv_bytes(rt: runtime.WorkerRuntime) -> int | None:
     """LOAD's first agreement: the recorded KV-cache bytes when every rank LOADs and has the free
     memory for them (profiling is skipped), else None (this rank profiles, after falling back if
     it was loading). Every rank answers, also one that fell back already (its archive, its
     determinism boundary): it profiles with forwards that meet the others in collectives."""
-    loading = rt.mode is Mode.LOAD and rt.region_open
-    state = rt.session.recorded_state() if loading else None
-    kv_bytes = int(state.kv_cache_bytes) if state is not None else 0
-    free = rt.device.free_memory() if loading else 0
+    loading = _loading(rt)
+    kv_bytes = free = 0
+    if loading:
+        state = rt.session.recorded_state()
+        assert state is not None  # a LOAD session holds the archive's state
+        kv_bytes, free = int(state.kv_cache_bytes), rt.device.free_memory()
     if ranks.all_ranks(rt, loading and free >= kv_bytes):  # True only where this rank loads
         rt.skipped("memory profiling (profile_run, CUDA-graph memory estimate)")
         rt.adapter.state["kv_cache_bytes"] = kv_bytes
@@ -193,7 +200,7 @@ def _warmup_agreed(rt: runtime.WorkerRuntime) -> None:
     """LOAD's second agreement, before the first warmup forward: a rank that fell back since the
     first (its KV-cache blocks) runs the compile and kernel warmups, with collectives, that LOAD
     skips; its peers then fall back too."""
-    loading = rt.mode is Mode.LOAD and rt.region_open
+    loading = _loading(rt)
     if not ranks.all_ranks(rt, loading) and loading:
         rt.fall_back(MismatchError("another rank does not LOAD (it fell back before the warmup)"))
 
