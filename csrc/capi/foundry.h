@@ -197,6 +197,7 @@ typedef struct foundry_load_times {
   double instantiate_s; /* the last instantiate_all */
   uint64_t mapped_blocks;
   uint64_t existing_blocks;
+  double update_s;      /* writing graphs' deltas into template CUgraphs before instantiating */
 } foundry_load_times;
 
 /* LOAD: open a payload (images must be loaded first), instantiate and launch its graphs. */

@@ -40,7 +40,8 @@
   X(cuGraphExecMemsetNodeSetParams) X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecEventRecordNodeSetEvent) \
   X(cuGraphExecEventWaitNodeSetEvent) X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuGraphNodeFindInClone)   \
   X(cuStreamGetCaptureInfo) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphKernelNodeSetParams)  \
-  X(cuGraphKernelNodeCopyAttributes)
+  X(cuGraphKernelNodeCopyAttributes) X(cuGraphMemsetNodeSetParams) X(cuGraphMemcpyNodeSetParams)           \
+  X(cuGraphEventRecordNodeSetEvent) X(cuGraphEventWaitNodeSetEvent)
 
 namespace foundry {
 

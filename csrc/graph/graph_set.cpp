@@ -143,8 +143,9 @@ Status GraphSet::ensure_built(uint32_t t) {
   auto t0 = std::chrono::steady_clock::now();
   auto built = build_graph(payload_.templates[t], events_, ctx_, collectives_.get());
   if (!built.ok()) return built.status();
-  tmpl.graph = built.value().graph;
-  tmpl.nodes = std::move(built.value().nodes);
+  tmpl.work.graph = built.value().graph;
+  tmpl.work.nodes = std::move(built.value().nodes);
+  tmpl.work.holds = -1;
   tmpl.built = true;
   build_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   return Status::Ok();
@@ -153,55 +154,84 @@ Status GraphSet::ensure_built(uint32_t t) {
 LoadTimes GraphSet::times() const {
   LoadTimes t = times_;
   t.build_s += static_cast<double>(build_ns_.load()) * 1e-9;
+  t.update_s = static_cast<double>(update_ns_.load()) * 1e-9;
   return t;
 }
 
 CUgraph GraphSet::template_graph(size_t i) {
   uint32_t t = payload_.members.at(i).template_index;
   std::lock_guard<std::mutex> lock(templates_[t]->mu);
-  return ensure_built(t).ok() ? templates_[t]->graph : nullptr;
+  if (!ensure_built(t).ok() || !switch_to(i, &templates_[t]->work).ok()) return nullptr;
+  return templates_[t]->work.graph;
 }
 
-Status GraphSet::instantiate_from(size_t i, CUgraph graph, const std::vector<CUgraphNode>& nodes) {
+Status GraphSet::set_node(const Node& n, CUgraphNode node) {
   const Driver* d = driver_if_open();
-  const PayloadMember& m = payload_.members[i];
-  // NCCL's nodes are set on the graph before instantiation, so a member may use another NCCL
-  // kernel than its template's.
-  FOUNDRY_RETURN_IF_ERROR(apply_collectives(i, nodes));
-  CUgraphExec exec = nullptr;
-  FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphInstantiateWithFlags(&exec, graph, 0),
-                                     ("cuGraphInstantiate of graph " + std::to_string(i) + " (" + m.name + ")").c_str()));
-  for (const NodeDelta& delta : m.delta) {
-    CUgraphNode node = nodes[delta.node];
-    const Node& n = delta.value;
-    CUresult r = CUDA_SUCCESS;
-    if (n.kind == NodeKind::kKernel) {
+  CUresult r = CUDA_SUCCESS;
+  switch (n.kind) {
+    case NodeKind::kKernel: {
       CUDA_KERNEL_NODE_PARAMS p;
       std::vector<void*> args;
-      Status s = kernel_params(n.kernel, &p, &args);
-      if (!s.ok()) {
-        d->cuGraphExecDestroy(exec);
-        return s;
-      }
-      r = d->cuGraphExecKernelNodeSetParams(exec, node, &p);
-    } else if (n.kind == NodeKind::kMemset) {
+      FOUNDRY_RETURN_IF_ERROR(kernel_params(n.kernel, &p, &args));
+      r = d->cuGraphKernelNodeSetParams(node, &p);
+      break;
+    }
+    case NodeKind::kMemset: {
       CUDA_MEMSET_NODE_PARAMS p;
       memset_params(n.memset, &p);
-      r = d->cuGraphExecMemsetNodeSetParams(exec, node, &p, ctx_);
-    } else if (n.kind == NodeKind::kMemcpy) {
+      r = d->cuGraphMemsetNodeSetParams(node, &p);
+      break;
+    }
+    case NodeKind::kMemcpy: {
       CUDA_MEMCPY3D p;
       memcpy_params(n.memcpy, &p);
-      r = d->cuGraphExecMemcpyNodeSetParams(exec, node, &p, ctx_);
-    } else if (n.kind == NodeKind::kEventRecord) {
-      r = d->cuGraphExecEventRecordNodeSetEvent(exec, node, events_.at(n.event));
-    } else if (n.kind == NodeKind::kEventWait) {
-      r = d->cuGraphExecEventWaitNodeSetEvent(exec, node, events_.at(n.event));
+      r = d->cuGraphMemcpyNodeSetParams(node, &p);
+      break;
     }
-    if (r != CUDA_SUCCESS) {
-      d->cuGraphExecDestroy(exec);
-      return cuda_error(r, ("updating node " + std::to_string(delta.node) + " of graph " + std::to_string(i)).c_str());
-    }
+    case NodeKind::kEventRecord:
+      if (n.event >= events_.size()) return Error(FOUNDRY_ERR_FORMAT, "event index out of range");
+      r = d->cuGraphEventRecordNodeSetEvent(node, events_[n.event]);
+      break;
+    case NodeKind::kEventWait:
+      if (n.event >= events_.size()) return Error(FOUNDRY_ERR_FORMAT, "event index out of range");
+      r = d->cuGraphEventWaitNodeSetEvent(node, events_[n.event]);
+      break;
+    case NodeKind::kEmpty:
+    case NodeKind::kChildGraph:
+    case NodeKind::kCollective:  // NCCL's nodes are set by apply_collectives
+      break;
   }
+  return cuda_check(r, "setting a node of a template graph");
+}
+
+Status GraphSet::switch_to(size_t i, Working* w) {
+  if (w->holds == static_cast<int64_t>(i)) return Status::Ok();
+  if (w->holds == Working::kUnknown)
+    return Error(FOUNDRY_ERR_STATE, "a template graph was left part-written by an earlier failed update");
+  auto t0 = std::chrono::steady_clock::now();
+  const PayloadMember& m = payload_.members[i];
+  const GraphModel& t = payload_.templates[m.template_index];
+  std::vector<uint8_t> mine(w->nodes.size(), 0);
+  for (const NodeDelta& d : m.delta) mine.at(d.node) = 1;
+  int64_t held = w->holds;
+  w->holds = Working::kUnknown;  // until every write below succeeded
+  if (held >= 0) {
+    for (const NodeDelta& d : payload_.members[held].delta)
+      if (!mine[d.node]) FOUNDRY_RETURN_IF_ERROR(set_node(t.nodes[d.node], w->nodes[d.node]));
+  }
+  for (const NodeDelta& d : m.delta) FOUNDRY_RETURN_IF_ERROR(set_node(d.value, w->nodes[d.node]));
+  // NCCL's nodes are set on the graph too, so a member may use another NCCL kernel than its template's.
+  FOUNDRY_RETURN_IF_ERROR(apply_collectives(i, w->nodes));
+  w->holds = static_cast<int64_t>(i);
+  update_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  return Status::Ok();
+}
+
+Status GraphSet::instantiate_from(size_t i, Working* w) {
+  FOUNDRY_RETURN_IF_ERROR(switch_to(i, w));
+  CUgraphExec exec = nullptr;
+  FOUNDRY_RETURN_IF_ERROR(cuda_check(driver_if_open()->cuGraphInstantiateWithFlags(&exec, w->graph, 0),
+                                     ("cuGraphInstantiate of graph " + std::to_string(i) + " (" + payload_.members[i].name + ")").c_str()));
   members_[i]->exec = exec;
   return Status::Ok();
 }
@@ -215,18 +245,20 @@ Status GraphSet::instantiate(size_t i) {
   Template& t = *templates_[index];
   std::lock_guard<std::mutex> tlock(t.mu);
   FOUNDRY_RETURN_IF_ERROR(ensure_built(index));
-  return instantiate_from(i, t.graph, t.nodes);
+  return instantiate_from(i, &t.work);
 }
 
-Status GraphSet::clone_template(uint32_t t, CUgraph* clone, std::vector<CUgraphNode>* nodes) {
+Status GraphSet::clone_template(uint32_t t, Working* clone) {
   const Driver* d = driver_if_open();
   Template& tmpl = *templates_[t];
   std::lock_guard<std::mutex> lock(tmpl.mu);
   FOUNDRY_RETURN_IF_ERROR(ensure_built(t));
-  FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphClone(clone, tmpl.graph), "cuGraphClone"));
-  nodes->resize(tmpl.nodes.size());
-  for (size_t i = 0; i < tmpl.nodes.size(); ++i) {
-    FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphNodeFindInClone(&(*nodes)[i], tmpl.nodes[i], *clone), "cuGraphNodeFindInClone"));
+  FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphClone(&clone->graph, tmpl.work.graph), "cuGraphClone"));
+  clone->holds = tmpl.work.holds;
+  clone->nodes.resize(tmpl.work.nodes.size());
+  for (size_t i = 0; i < tmpl.work.nodes.size(); ++i) {
+    FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphNodeFindInClone(&clone->nodes[i], tmpl.work.nodes[i], clone->graph),
+                                       "cuGraphNodeFindInClone"));
   }
   return Status::Ok();
 }
@@ -246,27 +278,19 @@ Status GraphSet::instantiate_all(int threads) {
     pool.emplace_back([this, w, &next, &results] {
       const Driver* d = driver_if_open();
       d->cuCtxSetCurrent(ctx_);
-      std::vector<CUgraph> clones(templates_.size(), nullptr);
-      std::vector<std::vector<CUgraphNode>> clone_nodes(templates_.size());
-      for (size_t i; (i = next.fetch_add(1)) < members_.size();) {
-        uint32_t t = payload_.members[i].template_index;
-        if (clones[t] == nullptr) {
-          Status s = clone_template(t, &clones[t], &clone_nodes[t]);
-          if (!s.ok()) {
-            results[w] = s;
-            return;
-          }
+      std::vector<Working> clones(templates_.size());
+      auto run = [&]() -> Status {
+        for (size_t i; (i = next.fetch_add(1)) < members_.size();) {
+          uint32_t t = payload_.members[i].template_index;
+          if (clones[t].graph == nullptr) FOUNDRY_RETURN_IF_ERROR(clone_template(t, &clones[t]));
+          Member& m = *members_[i];
+          std::lock_guard<std::mutex> lock(m.mu);
+          if (m.exec == nullptr) FOUNDRY_RETURN_IF_ERROR(instantiate_from(i, &clones[t]));
         }
-        Member& m = *members_[i];
-        std::lock_guard<std::mutex> lock(m.mu);
-        if (m.exec != nullptr) continue;
-        Status s = instantiate_from(i, clones[t], clone_nodes[t]);
-        if (!s.ok()) {
-          results[w] = s;
-          return;
-        }
-      }
-      for (CUgraph g : clones) if (g) d->cuGraphDestroy(g);
+        return Status::Ok();
+      };
+      results[w] = run();
+      for (const Working& c : clones) if (c.graph) d->cuGraphDestroy(c.graph);
     });
   }
   for (std::thread& t : pool) t.join();
@@ -298,7 +322,7 @@ GraphSet::~GraphSet() {
   const Driver* d = driver_if_open();
   if (d == nullptr) return;
   for (auto& m : members_) if (m->exec) d->cuGraphExecDestroy(m->exec);
-  for (auto& t : templates_) if (t->graph) d->cuGraphDestroy(t->graph);
+  for (auto& t : templates_) if (t->work.graph) d->cuGraphDestroy(t->work.graph);
   for (CUevent e : events_) d->cuEventDestroy(e);
 }
 

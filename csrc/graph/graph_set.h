@@ -1,6 +1,9 @@
 // LOAD: a set of restored graphs. Each topology template is built into a CUgraph once; every
-// graph gets its own CUgraphExec, instantiated from its template and patched with its delta, so a
-// replay never synchronizes the device and never touches another graph's exec.
+// graph gets its own CUgraphExec, so a replay never synchronizes the device and never touches
+// another graph's exec. A graph is instantiated from its template's CUgraph after the graph's
+// delta has been written into that CUgraph's nodes (cuGraph*SetParams: host-side, and several
+// times cheaper than patching the exec afterwards); the CUgraph remembers which graph's values
+// it holds, so going from one member to the next rewrites only the nodes either one changes.
 //
 // Instantiation: eager (all now, on the calling thread), parallel (N threads, each on its own
 // clone of the templates), or lazy (on first launch, optionally ahead of it on a background
@@ -25,7 +28,8 @@
 namespace foundry {
 
 struct LoadTimes {
-  double read_s = 0, claim_s = 0, build_s = 0, instantiate_s = 0;
+  // update_s: writing members' deltas into template CUgraphs (part of instantiation).
+  double read_s = 0, claim_s = 0, build_s = 0, instantiate_s = 0, update_s = 0;
   uint64_t mapped_blocks = 0, existing_blocks = 0;
 };
 
@@ -44,7 +48,8 @@ class GraphSet {
   void start_background();
   Status launch(size_t i, CUstream stream);
   bool ready(size_t i) const { return members_[i]->exec != nullptr; }
-  // The template graph i is instantiated from (built if it was not yet); nullptr on failure.
+  // The CUgraph graph i is instantiated from, holding graph i's values (its template, built if it
+  // was not yet, with i's delta written in); nullptr on failure. Valid until the next instantiation.
   CUgraph template_graph(size_t i);
 
  private:
@@ -52,20 +57,30 @@ class GraphSet {
     std::mutex mu;
     CUgraphExec exec = nullptr;
   };
+  // A template's CUgraph (or a worker's clone of it) and whose values its nodes hold.
+  struct Working {
+    CUgraph graph = nullptr;
+    std::vector<CUgraphNode> nodes;
+    static constexpr int64_t kUnknown = -2;  // a write failed part-way
+    int64_t holds = -1;  // member index whose delta is written in; -1: the template's own values
+  };
   // Built on first use: LOAD pays only for the templates of the graphs it instantiates.
   struct Template {
     std::mutex mu;  // the driver does not synchronise concurrent use of one CUgraph
     bool built = false;
-    CUgraph graph = nullptr;
-    std::vector<CUgraphNode> nodes;
+    Working work;
   };
 
   Status prepare();
   Status prepare_collectives();
   // Gives graph member i's NCCL kernel nodes their live parameters (before it is instantiated).
   Status apply_collectives(size_t i, const std::vector<CUgraphNode>& nodes);
-  Status instantiate_from(size_t i, CUgraph graph, const std::vector<CUgraphNode>& nodes);
-  Status clone_template(uint32_t t, CUgraph* clone, std::vector<CUgraphNode>* nodes);
+  // Writes member i's values into w's nodes: i's delta, and the template's values back into the
+  // nodes that the member w held changed and i does not.
+  Status switch_to(size_t i, Working* w);
+  Status set_node(const Node& n, CUgraphNode node);
+  Status instantiate_from(size_t i, Working* w);
+  Status clone_template(uint32_t t, Working* clone);
   Status ensure_built(uint32_t t);  // caller holds templates_[t]->mu
 
   Payload payload_;
@@ -76,6 +91,7 @@ class GraphSet {
   CUcontext ctx_ = nullptr;
   LoadTimes times_;
   std::atomic<int64_t> build_ns_{0};
+  std::atomic<int64_t> update_ns_{0};
   std::thread background_;
   std::atomic<bool> stop_{false};
 };

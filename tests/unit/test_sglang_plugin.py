@@ -981,7 +981,7 @@ class FakeArchive:
         self.graphs = [FakeRestored(name, i) for i, name in enumerate(graphs)]
         self._outputs = [tuple(FakeTensor(t.ptr, t.shape) for t in graphs[name]) for name in graphs]
         self.closed = False
-        self.times = types.SimpleNamespace(images_s=0.0, build_s=0.0, instantiate_s=0.0)
+        self.times = types.SimpleNamespace(images_s=0.0, build_s=0.0, instantiate_s=0.0, update_s=0.0)
 
     def __iter__(self):
         return iter(self.graphs)

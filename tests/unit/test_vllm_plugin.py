@@ -804,7 +804,7 @@ class FakeArchive:
         self.graphs = [FakeRestored(n, i, log) for i, n in enumerate(names)]
         self.hidden = hidden
         self.closed = False
-        self.times = types.SimpleNamespace(images_s=0.0, build_s=0.0, instantiate_s=0.0)
+        self.times = types.SimpleNamespace(images_s=0.0, build_s=0.0, instantiate_s=0.0, update_s=0.0)
 
     def __iter__(self):
         return iter(self.graphs)

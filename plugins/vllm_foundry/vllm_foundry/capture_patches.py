@@ -212,7 +212,7 @@ def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., An
     manager._foundry_archive = archive  # vLLM keeps only self.graphs; keep the outputs' owner too
     logger.info("foundry: restored %d graphs in %.2f s (instantiate=%s; images %.2f s, build %.2f s, "
                 "instantiate %.2f s) instead of capturing", len(placeholders), loaded, instantiate,
-                archive.times.images_s, archive.times.build_s, archive.times.instantiate_s)
+                archive.times.images_s, archive.times.build_s, archive.times.instantiate_s + archive.times.update_s)
     return result
 
 
