@@ -114,6 +114,9 @@ Result<Payload> read_payload(const std::string& path) {
 }
 
 Result<Payload> parse_payload(const Container& c, const std::string& path) {
+  // Other files share the container and its low section types (an image's metadata is type 1
+  // too): tell them apart before reading a version out of someone else's section.
+  if (c.find(kSectionNames) == nullptr) return Error(FOUNDRY_ERR_FORMAT, path + ": not a graph payload (no kernel name table)");
   auto hr = c.reader(kSectionHeader);
   if (!hr.ok()) return Error(FOUNDRY_ERR_FORMAT, path + ": no payload header");
   ByteReader& h = hr.value();

@@ -14,7 +14,7 @@
 
 namespace foundry {
 
-constexpr uint32_t kPayloadVersion = 1;
+constexpr uint32_t kPayloadVersion = 2;  // 2: kernel deltas may name another kernel
 
 struct PayloadMember {
   std::string name;

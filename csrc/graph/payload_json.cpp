@@ -504,10 +504,10 @@ Status check_like_read_payload(const Payload& p) {
                                            " is not below the " + std::to_string(p.templates.size()) + " templates");
     GraphModel applied;
     FOUNDRY_RETURN_IF_ERROR(prefixed(where + ".delta", apply_delta(p.templates[m.template_index], m.delta, &applied)));
-    // A delta may only change what an exec update can: the binary encoding stores nothing else.
+    // A delta may only change what LOAD writes into the template's nodes: the binary encoding stores nothing else.
     if (!same_topology(p.templates[m.template_index], applied))
       return Error(FOUNDRY_ERR_FORMAT, "payload JSON: " + where + ".delta changes the topology of template " +
-                                           std::to_string(m.template_index) + " (kernel identity, attributes, shapes or edges)");
+                                           std::to_string(m.template_index) + " (launch attributes, cluster shapes, copy shapes or edges)");
   }
   return Status::Ok();
 }

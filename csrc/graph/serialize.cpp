@@ -82,6 +82,19 @@ Status read_runs(ByteReader& r, const std::vector<uint8_t>* base, size_t max_siz
   return Status::Ok();
 }
 
+void write_slots(ByteWriter& w, const KernelNode& k) {
+  w.u32(static_cast<uint32_t>(k.slots.size()));
+  for (const ParamSlot& s : k.slots) {
+    w.u32(s.offset);
+    w.u32(s.size);
+  }
+}
+
+bool same_slots(const std::vector<ParamSlot>& a, const std::vector<ParamSlot>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const ParamSlot& x, const ParamSlot& y) { return x.offset == y.offset && x.size == y.size; });
+}
+
 void write_kernel(ByteWriter& w, const KernelNode& k, NameTable* names) {
   w.u64(k.image_hash);
   if (names) w.u32(names->intern(k.name));
@@ -90,11 +103,7 @@ void write_kernel(ByteWriter& w, const KernelNode& k, NameTable* names) {
   for (uint32_t v : k.block) w.u32(v);
   w.u32(k.shared_mem);
   write_runs(w, k.params, nullptr);
-  w.u32(static_cast<uint32_t>(k.slots.size()));
-  for (const ParamSlot& s : k.slots) {
-    w.u32(s.offset);
-    w.u32(s.size);
-  }
+  write_slots(w, k);
   w.u32(static_cast<uint32_t>(k.attrs.size()));
   for (const LaunchAttr& a : k.attrs) {
     w.u32(a.id);
@@ -447,6 +456,15 @@ void write_delta(ByteWriter& w, const GraphModel& tmpl, const std::vector<NodeDe
     switch (n.kind) {
       case NodeKind::kKernel: {
         const KernelNode& k = n.kernel;
+        // Which kernel runs, and its parameter layout, may differ from the template's node.
+        const KernelNode* t = nd.node < tmpl.nodes.size() ? &tmpl.nodes[nd.node].kernel : nullptr;
+        bool other = t == nullptr || t->image_hash != k.image_hash || t->name != k.name || !same_slots(t->slots, k.slots);
+        w.u8(other ? 1 : 0);
+        if (other) {
+          w.u64(k.image_hash);
+          w.string(k.name);
+          write_slots(w, k);
+        }
         for (uint32_t v : k.grid) w.u32(v);
         for (uint32_t v : k.block) w.u32(v);
         w.u32(k.shared_mem);
@@ -493,6 +511,21 @@ Status read_delta(ByteReader& r, const GraphModel& tmpl, std::vector<NodeDelta>*
     switch (v.kind) {
       case NodeKind::kKernel: {
         KernelNode& k = v.kernel;
+        uint8_t other = 0;
+        if (!r.u8(&other)) return r.status(where.c_str());
+        if (other > 1) return format_error(where + ": kernel identity flag " + std::to_string(other) + " is not 0 or 1");
+        if (other) {
+          r.u64(&k.image_hash);
+          r.string(&k.name, kMaxKernelNameBytes);
+          if (!r.ok()) return r.status(where.c_str());
+          uint32_t n_slots = 0;
+          if (!r.count32(&n_slots, kSlotBytes)) return r.status(where.c_str());
+          k.slots.resize(n_slots);  // bounded by count32; checked against the params below
+          for (ParamSlot& sl : k.slots) {
+            r.u32(&sl.offset);
+            r.u32(&sl.size);
+          }
+        }
         for (uint32_t& x : k.grid) r.u32(&x);
         for (uint32_t& x : k.block) r.u32(&x);
         r.u32(&k.shared_mem);

@@ -54,8 +54,9 @@ void write_graph(ByteWriter& w, const GraphModel& g, NameTable* names = nullptr)
 // level of this graph: 0 for a top-level graph; child graphs deeper than kMaxGraphDepth are refused.
 Status read_graph(ByteReader& r, GraphModel* g, int depth = 0, const std::vector<std::string>* names = nullptr);
 
-// A member graph's delta, encoded against its template: per changed node only what an exec update
-// can change (kernel: grid, block, shared memory, dynamic shared memory limit, carveout, and the
+// A member graph's delta, encoded against its template: per changed node only what is not
+// topology (kernel: which kernel (image, name, parameter layout) when it is another than the
+// template's, grid, block, shared memory, dynamic shared memory limit, carveout, and the
 // parameter bytes as runs that differ from the template's; memset/memcpy: their fields; events:
 // the index). Reading copies the template node and applies the change, validating the node index.
 void write_delta(ByteWriter& w, const GraphModel& tmpl, const std::vector<NodeDelta>& d);

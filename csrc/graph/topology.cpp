@@ -18,10 +18,11 @@ namespace {
 // length), so two graphs have the same topology exactly when their encodings are equal: the key
 // hashes the encoding and same_topology compares it, and the two can never disagree.
 
+// Which kernel a node runs and its parameter layout are not topology: LOAD writes each member's
+// kernel into the template's CUgraph node (cuGraphKernelNodeSetParams) before instantiating, and
+// graphs of different batch sizes often differ only in the GEMM kernel chosen.
 void encode_kernel_topology(ByteWriter& w, const KernelNode& k) {
-  w.u64(k.image_hash);
-  w.string(k.name);
-  // Exec updates cannot change node attributes (cluster dimensions, priorities, ...).
+  // Node attributes (cluster dimensions, priorities, ...) are kept out of the delta encoding.
   w.u32(static_cast<uint32_t>(k.attrs.size()));
   for (const LaunchAttr& a : k.attrs) {
     w.u32(a.id);
@@ -32,12 +33,6 @@ void encode_kernel_topology(ByteWriter& w, const KernelNode& k) {
   for (int32_t v : k.func.required_cluster) w.u32(static_cast<uint32_t>(v));
   w.u32(static_cast<uint32_t>(k.func.non_portable_cluster));
   w.u32(static_cast<uint32_t>(k.func.cluster_scheduling));
-  // The layout of the parameters, not their bytes.
-  w.u32(static_cast<uint32_t>(k.slots.size()));
-  for (const ParamSlot& s : k.slots) {
-    w.u32(s.offset);
-    w.u32(s.size);
-  }
 }
 
 void encode_node_topology(ByteWriter& w, const Node& n) {

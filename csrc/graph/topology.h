@@ -1,11 +1,12 @@
-// Topology grouping: graphs that differ only in what cuGraphExec*SetParams can update share one
-// template CUgraph in an archive; each other member is stored as a delta of changed nodes.
+// Topology grouping: graphs that differ only in what LOAD writes into a template's CUgraph nodes
+// before instantiating share one template in an archive; each other member is stored as a delta
+// of changed nodes.
 //
-// The topology of a graph is everything such an update cannot change: node count and kinds;
-// per kernel its image hash, entry name, launch attributes, cluster-related function attributes
-// and param slot layout; memset element size and 1D/2D shape; memcpy 1D/2D/3D shape; child
-// graphs in full; and every edge with its ports and type. Parameter bytes, grid, block, shared
-// memory, pointers, sizes and event indices are updatable and so are left out.
+// The topology of a graph is what stays the template's: node count and kinds; per kernel its
+// launch attributes and cluster-related function attributes; memset element size and 1D/2D
+// shape; memcpy 1D/2D/3D shape; child graphs in full; and every edge with its ports and type.
+// Which kernel runs (image, entry name, parameter layout), parameter bytes, grid, block, shared
+// memory, pointers, sizes and event indices are per member and so are left out.
 #pragma once
 
 #include <cstdint>

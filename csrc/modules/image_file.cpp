@@ -46,6 +46,11 @@ std::string image_file_name(uint64_t hash) {
 Result<ImageFileInfo> read_image_file(const std::string& path, bool copy_segments) {
   auto c = Container::read_file(path);
   if (!c.ok()) return c.status();
+  // A graph payload is a container too, with a type-1 section of its own: refuse it by its types.
+  for (const Section& s : c.value().sections()) {
+    if (s.type != kImageSectionMeta && s.type != kImageSectionSegment)
+      return Error(FOUNDRY_ERR_FORMAT, path + ": not a kernel image file (it holds a section of type " + std::to_string(s.type) + ")");
+  }
   auto rd = c.value().reader(kImageSectionMeta);
   if (!rd.ok()) return Error(FOUNDRY_ERR_FORMAT, path + ": no image metadata section");
   ImageFileInfo info;

@@ -203,7 +203,7 @@ TEST_CASE("missing, mistyped and unknown fields are named") {
   CHECK(!s.ok() && mentions(s, "unknown field \"extra\""));
   s = mutated("\"event_count\": 2", "\"event_count\": 2.0");
   CHECK(!s.ok() && mentions(s, "found a number"));
-  s = mutated("\"version\": 1", "\"version\": 9");
+  s = mutated("\"version\": 2", "\"version\": 9");
   CHECK_EQ(s.code(), FOUNDRY_ERR_VERSION);
 }
 

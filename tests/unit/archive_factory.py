@@ -91,7 +91,7 @@ def payload_doc(names: tuple[str, ...] = DEFAULT_NAMES) -> dict:
         last = i == len(names) - 1 and len(names) > 1
         delta = [{"node": 2, "value": kernel(IMAGE_A, KERNEL, grid=16 + i)}] if i == 1 and not last else []
         members.append({"name": n, "template": 1 if last else 0, "delta": delta, "refs": refs})
-    return {"version": 1, "region": {"base": REGION_BASE, "size": REGION_SIZE}, "event_count": 0,
+    return {"version": 2, "region": {"base": REGION_BASE, "size": REGION_SIZE}, "event_count": 0,
             "templates": [decode, prefill], "members": members}
 
 

@@ -65,7 +65,7 @@ def payload_doc() -> dict:
     prefill = {"nodes": [kernel(IMAGE_B, GEMM, grid=64)], "edges": [], "children": []}
     refs = [{"offset": 0, "size": 1 << 20, "kind": 1}]
     return {
-        "version": 1, "region": {"base": REGION_BASE, "size": REGION_SIZE}, "event_count": 1,
+        "version": 2, "region": {"base": REGION_BASE, "size": REGION_SIZE}, "event_count": 1,
         "templates": [decode, prefill],
         "members": [
             {"name": "bs=1", "template": 0, "delta": [], "refs": refs},
@@ -362,10 +362,21 @@ def test_verify_kernel_naming_a_missing_entry(tmp_path):
     assert_fails(path, "kernel references", f"kernel no_such_kernel is not an entry of image {IMAGE_B:016x}")
 
 
-def test_a_delta_cannot_change_the_kernel(tmp_path):
-    # Deltas hold only what an exec update can change; a kernel of another image is a new topology.
+def test_a_delta_may_run_another_kernel_and_verify_resolves_it(tmp_path):
+    # Which kernel a node runs is per graph (LOAD writes it into the template's node); verify
+    # still checks that the delta's kernel is in a packed image.
     doc = payload_doc()
     doc["members"][1]["delta"][0]["value"] = kernel(IMAGE_C, KERNEL)
+    path = make_archive(tmp_path / "a", payload=doc)
+    assert_fails(path, "kernel references", f"{IMAGE_C:016x}")
+
+
+def test_a_delta_cannot_change_launch_attributes(tmp_path):
+    # Node attributes stay the template's: a graph with other ones is another topology.
+    doc = payload_doc()
+    value = kernel(IMAGE_A, KERNEL, grid=16)
+    value["kernel"]["attrs"] = [{"id": 8, "value": "0100000000000000"}]
+    doc["members"][1]["delta"][0]["value"] = value
     with pytest.raises(FormatError, match="changes the topology"):
         make_archive(tmp_path / "a", payload=doc)
 
