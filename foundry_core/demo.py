@@ -75,7 +75,8 @@ def bench(args: argparse.Namespace) -> int:
     if args.layers:
         model["layers"] = args.layers
     cfg = BenchConfig(model=model, sizes=sizes, variant=args.variant, modes=args.modes, threads=args.threads,
-                      latency_sizes=[b for b in LATENCY_SIZES if b in sizes], reps=args.reps)
+                      latency_sizes=[b for b in LATENCY_SIZES if b in sizes], reps=args.reps,
+                      keep_archive=args.keep_archive)
     command = "foundry bench " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     try:
         result = run(cfg)
@@ -102,3 +103,4 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reps", type=int, default=200, help="replays per latency measurement")
     p.add_argument("--name", default=None, help="results file name (bench/results/<name>.json)")
     p.add_argument("--results", default="bench/results", help="results directory")
+    p.add_argument("--keep-archive", metavar="DIR", default=None, help="copy the archive SAVE wrote to DIR")

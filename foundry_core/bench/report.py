@@ -42,18 +42,32 @@ def phases_table(result: dict) -> Table:
     return table
 
 
+def _pct(a: float | None, b: float | None) -> str:
+    return f"{(b - a) / a * 100:+.2f}%" if a and b else "-"
+
+
 def latency_table(result: dict) -> Table | None:
+    """GPU time of one replay (launch hidden), across processes and within the SAVE process, and
+    the host time of the replay call."""
     native = result["save"].get("latency_us") or {}
-    first_mode = result["modes"][0]
-    restored = result["load"][first_mode].get("latency_us") or {}
     if not native:
         return None
-    table = Table(title="replay latency, median (µs)")
-    for col in ("batch", "captured", "restored", "difference"):
+    restored_run = result["load"][result["modes"][0]]
+    restored = restored_run.get("latency_us") or {}
+    same = result["save"].get("same_process_latency_us") or {}
+    launch_native = result["save"].get("launch_us") or {}
+    launch_restored = restored_run.get("launch_us") or {}
+    table = Table(title="replay, median µs (GPU time by CUDA events; launch = host time of the call)")
+    for col in ("batch", "captured", "restored", "difference", "same process: captured", "restored",
+                "difference", "launch: captured", "restored"):
         table.add_column(col, justify="right")
     for b in native:
         n, r = native[b], restored.get(b)
-        table.add_row(b, f"{n:.1f}", f"{r:.1f}" if r else "-", f"{(r - n) / n * 100:+.2f}%" if r else "-")
+        pair = same.get(b) if isinstance(same.get(b), dict) else {}
+        sc, sr = pair.get("captured"), pair.get("restored")
+        ln, lr = launch_native.get(b), launch_restored.get(b)
+        table.add_row(b, f"{n:.1f}", f"{r:.1f}" if r else "-", _pct(n, r), f"{sc:.1f}" if sc else "-",
+                      f"{sr:.1f}" if sr else "-", _pct(sc, sr), f"{ln:.1f}" if ln else "-", f"{lr:.1f}" if lr else "-")
     return table
 
 
@@ -65,6 +79,11 @@ def print_report(result: dict, title: str, console: Console | None = None) -> No
     if lat is not None:
         console.print(lat)
     s = result["save"]
+    if isinstance(s.get("same_process_latency_us"), dict) and "error" in s["same_process_latency_us"]:
+        console.print(f"same-process comparison not made: {s['same_process_latency_us']['error']}")
+    if s.get("native_instantiate_s") is not None:
+        console.print(f"the driver instantiates the {s['graphs']} captured graphs again in {s['native_instantiate_s']:.2f} s "
+                      "(the instantiation cost inside capture)")
     console.print(f"archive {format_size(result['archive_bytes'])} on disk: images {format_size(result['image_bytes'])}, "
                   f"{s['nodes']} nodes ({(result['archive_bytes'] - result['image_bytes']) / max(s['nodes'], 1):.0f} "
                   "bytes per node besides images)")

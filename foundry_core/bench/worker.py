@@ -54,22 +54,77 @@ def _digests(torch, runner, replay, outputs, sizes) -> dict[str, str]:
     return out
 
 
-def _latency(torch, replay, sizes, reps: int) -> dict[str, float]:
-    """Median replay time in microseconds per batch size, timed with CUDA events."""
-    result = {}
-    for b in sizes:
+# About 2.5 ms of GPU time at the H200's clock: long enough for the host to finish submitting a
+# graph of thousands of nodes before the GPU reaches the start event, so the events time the
+# graph's execution alone and not the host's launch call.
+SLEEP_CYCLES = 5_000_000
+
+
+def _time_replays(torch, fns: list, reps: int) -> list[tuple[float, float]]:
+    """(GPU µs, host launch µs) medians per function, the functions interleaved rep by rep."""
+    for fn in fns:
         for _ in range(10):
-            replay[b]()
-        times = []
-        for _ in range(reps):
+            fn()
+    gpu: list[list[float]] = [[] for _ in fns]
+    host: list[list[float]] = [[] for _ in fns]
+    for _ in range(reps):
+        for i, fn in enumerate(fns):
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(SLEEP_CYCLES)
             start.record()
-            replay[b]()
+            t = time.perf_counter()
+            fn()
+            host[i].append((time.perf_counter() - t) * 1e6)
             stop.record()
             stop.synchronize()
-            times.append(start.elapsed_time(stop) * 1000.0)
-        result[str(b)] = statistics.median(times)
-    return result
+            gpu[i].append(start.elapsed_time(stop) * 1000.0)
+    return [(statistics.median(g), statistics.median(h)) for g, h in zip(gpu, host)]
+
+
+def _latency(torch, replay, sizes, reps: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Per batch size: median GPU time of one replay (µs, CUDA events, launch hidden behind a
+    sleep kernel) and median host time of the replay call (µs)."""
+    gpu, launch = {}, {}
+    for b in sizes:
+        [(gpu[str(b)], launch[str(b)])] = _time_replays(torch, [replay[b]], reps)
+    return gpu, launch
+
+
+def _same_process_latency(torch, fdry, archive: str, cfg: dict, replay, sizes, reps: int) -> dict:
+    """Restores the archive just written into the SAVE process itself (same memory, same clocks)
+    and times captured and restored replays alternately: the sharpest comparison of the two."""
+    if not sizes:
+        return {}
+    try:
+        restored = fdry.load_graphs(archive, mode="lazy",
+                                    fingerprint={"model": cfg["model"], "variant": cfg.get("variant", "eager")})
+    except Exception as exc:  # noqa: BLE001 - reported, the cross-process numbers still stand
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    out = {}
+    for b in sizes:
+        (native, _), (again, _) = _time_replays(torch, [replay[b], restored.get(f"bs{b}").replay], reps)
+        out[str(b)] = {"captured": native, "restored": again}
+    restored.close()
+    return out
+
+
+def _native_instantiate_s(graphs) -> float | None:
+    """Seconds the driver takes to instantiate the captured graphs once more (each CUgraph as
+    torch captured it): the instantiation cost every start pays, captured or restored."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        handles = [int(g.raw_cuda_graph()) for g in graphs]
+    except (OSError, AttributeError, RuntimeError):
+        return None
+    exec_ = ctypes.c_void_p()
+    start = time.perf_counter()
+    for h in handles:
+        if cuda.cuGraphInstantiateWithFlags(ctypes.byref(exec_), ctypes.c_void_p(h), ctypes.c_ulonglong(0)) != 0:
+            return None
+        cuda.cuGraphExecDestroy(exec_)
+    return time.perf_counter() - start
 
 
 def save(archive: str, cfg: dict) -> dict:
@@ -95,11 +150,15 @@ def save(archive: str, cfg: dict) -> dict:
     report = fdry.save_graphs(archive, {f"bs{b}": (graphs[b], outputs[b]) for b in sizes},
                               fingerprint={"model": cfg["model"], "variant": cfg.get("variant", "eager")})
     replay = {b: graphs[b].replay for b in sizes}
+    timed = [b for b in cfg.get("latency_sizes", []) if b in graphs]
+    latency, launch = _latency(torch, replay, timed, cfg.get("reps", 100))
     return {
         "setup_s": setup_s, "warmup_s": warmup_s, "capture_s": capture_s, "save_s": report.seconds,
         "graphs": report.graphs, "groups": report.groups, "nodes": report.nodes, "images": report.images,
+        "native_instantiate_s": _native_instantiate_s(graphs.values()),
         "digests": _digests(torch, runner, replay, outputs, sizes),
-        "latency_us": _latency(torch, replay, [b for b in cfg.get("latency_sizes", []) if b in graphs], cfg.get("reps", 100)),
+        "latency_us": latency, "launch_us": launch,
+        "same_process_latency_us": _same_process_latency(torch, fdry, archive, cfg, replay, timed, cfg.get("reps", 100)),
     }
 
 
@@ -125,13 +184,15 @@ def load(archive: str, cfg: dict) -> dict:
     outputs = {b: list(restored.outputs(graphs[b].index)) for b in sizes}
     replay = {b: graphs[b].replay for b in sizes}
     t = restored.times
+    latency, launch = _latency(torch, replay, [b for b in cfg.get("latency_sizes", []) if b in graphs], cfg.get("reps", 100))
     return {
         "mode": mode, "setup_s": setup_s, "returned_s": returned_s, "first_replay_s": first_replay_s,
         "all_ready_s": all_ready_s, "groups": restored.groups,
         "phases_s": {"images": t.images_s, "archive_read": t.read_s, "memory_claims": t.claim_s,
-                     "template_build": t.build_s, "instantiation": t.instantiate_s, "output_rebuild": t.outputs_s},
+                     "template_build": t.build_s, "delta_updates": t.update_s, "instantiation": t.instantiate_s,
+                     "output_rebuild": t.outputs_s},
         "digests": _digests(torch, runner, replay, outputs, sizes),
-        "latency_us": _latency(torch, replay, [b for b in cfg.get("latency_sizes", []) if b in graphs], cfg.get("reps", 100)),
+        "latency_us": latency, "launch_us": launch,
     }
 
 
