@@ -1,0 +1,49 @@
+"""Samples the main thread's Python stack of every process that starts with this directory on
+PYTHONPATH and FOUNDRY_STACK_SAMPLES=DIR set: ten times a second, one line per sample,
+`<unix time>\t<outermost frame>;...;<innermost frame>`, in DIR/stacks-<pid>.txt.
+
+For finding where a start spends seconds that no log line accounts for. Forked children start
+their own sampler (threads do not survive fork). A sample is taken when the sampling thread gets
+the GIL, so a long C call that holds it shows as a gap in the times, followed by its stack.
+Summarise with `python scripts/stack_sampler/summarize.py DIR`.
+"""
+
+import os
+import sys
+import threading
+import time
+
+_DIR = os.environ.get("FOUNDRY_STACK_SAMPLES")
+_INTERVAL = float(os.environ.get("FOUNDRY_STACK_INTERVAL", "0.1"))
+
+
+def _stack(frame) -> str:
+    parts = []
+    while frame is not None and len(parts) < 60:
+        code = frame.f_code
+        parts.append(f"{os.path.basename(code.co_filename)}:{code.co_name}:{frame.f_lineno}")
+        frame = frame.f_back
+    return ";".join(reversed(parts))
+
+
+def _sample(main_ident: int) -> None:
+    path = os.path.join(_DIR, f"stacks-{os.getpid()}.txt")
+    with open(path, "a", buffering=1) as out:
+        out.write(f"# pid {os.getpid()} argv {' '.join(sys.argv)[:300]}\n")
+        while True:
+            frame = sys._current_frames().get(main_ident)
+            if frame is None:
+                return
+            out.write(f"{time.time():.3f}\t{_stack(frame)}\n")
+            time.sleep(_INTERVAL)
+
+
+def _start() -> None:
+    threading.Thread(target=_sample, args=(threading.main_thread().ident,), daemon=True,
+                     name="stack-sampler").start()
+
+
+if _DIR:
+    os.makedirs(_DIR, exist_ok=True)
+    _start()
+    os.register_at_fork(after_in_child=_start)

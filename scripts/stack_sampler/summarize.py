@@ -1,0 +1,53 @@
+"""Summarises the samples of scripts/stack_sampler/sitecustomize.py: per process, one line per
+second with the sample count and the most frequent innermost frames (library code first).
+
+Usage: python scripts/stack_sampler/summarize.py DIR [--frames N] [--from UNIX --to UNIX]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import pathlib
+
+# Frames from these files say little about what is being waited for.
+_NOISE = ("threading.py", "selectors.py", "queues.py", "connection.py", "<frozen")
+
+
+def _tail(stack: str, frames: int) -> str:
+    parts = [p for p in stack.split(";") if not p.startswith(_NOISE)]
+    return " > ".join(parts[-frames:])
+
+
+def summarize(path: pathlib.Path, frames: int, start: float, stop: float) -> list[str]:
+    lines, per_second = [], collections.OrderedDict()
+    for raw in path.read_text(errors="replace").splitlines():
+        if raw.startswith("#"):
+            lines.append(raw)
+            continue
+        stamp, _, stack = raw.partition("\t")
+        t = float(stamp)
+        if start <= t <= stop:
+            per_second.setdefault(int(t), collections.Counter())[_tail(stack, frames)] += 1
+    for second, counts in per_second.items():
+        clock = datetime.datetime.fromtimestamp(second, datetime.timezone.utc).strftime("%H:%M:%S")
+        top, n = counts.most_common(1)[0]
+        lines.append(f"{clock} {sum(counts.values()):2d} samples, {n:2d}x {top}")
+    return lines
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("dir", type=pathlib.Path)
+    p.add_argument("--frames", type=int, default=4)
+    p.add_argument("--from", dest="start", type=float, default=0.0)
+    p.add_argument("--to", dest="stop", type=float, default=float("inf"))
+    args = p.parse_args()
+    for path in sorted(args.dir.glob("stacks-*.txt")):
+        print(f"== {path.name}")
+        print("\n".join(summarize(path, args.frames, args.start, args.stop)))
+
+
+if __name__ == "__main__":
+    main()
