@@ -118,13 +118,20 @@ def _native_instantiate_s(graphs) -> float | None:
         handles = [int(g.raw_cuda_graph()) for g in graphs]
     except (OSError, AttributeError, RuntimeError):
         return None
-    exec_ = ctypes.c_void_p()
+    # Every exec stays alive until the end, as in a start: destroying each at once lets the driver
+    # reuse its memory for the next and makes instantiation look several times cheaper.
+    execs = []
     start = time.perf_counter()
-    for h in handles:
-        if cuda.cuGraphInstantiateWithFlags(ctypes.byref(exec_), ctypes.c_void_p(h), ctypes.c_ulonglong(0)) != 0:
-            return None
-        cuda.cuGraphExecDestroy(exec_)
-    return time.perf_counter() - start
+    try:
+        for h in handles:
+            execs.append(ctypes.c_void_p())
+            if cuda.cuGraphInstantiateWithFlags(ctypes.byref(execs[-1]), ctypes.c_void_p(h), ctypes.c_ulonglong(0)) != 0:
+                return None
+        return time.perf_counter() - start
+    finally:
+        for e in execs:
+            if e.value:
+                cuda.cuGraphExecDestroy(e)
 
 
 def save(archive: str, cfg: dict) -> dict:
