@@ -194,10 +194,10 @@ typedef struct foundry_load_times {
   double read_s;        /* reading and validating the payload */
   double claim_s;       /* mapping referenced region memory */
   double build_s;       /* building template CUgraphs (function attributes, events included) */
-  double instantiate_s; /* the last instantiate_all */
+  double instantiate_s; /* the last instantiate_all, wall time */
   uint64_t mapped_blocks;
   uint64_t existing_blocks;
-  double update_s;      /* writing graphs' deltas into template CUgraphs before instantiating */
+  double update_s;      /* writing graphs' deltas into template CUgraphs, summed over threads */
 } foundry_load_times;
 
 /* LOAD: open a payload (images must be loaded first), instantiate and launch its graphs. */

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "driver/driver.h"
 #include "graph/builder.h"
+#include "modules/registry.h"
 #include "region/region.h"
 #include "region/va_space.h"
 
@@ -19,8 +20,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // One entry per kernel with what its function attributes must allow for every graph: the largest
-// dynamic shared memory any of them asks (a function attribute is shared by all graphs), and the
-// cluster and carveout settings (part of the topology, so equal across graphs).
+// dynamic shared memory any of them asks (a function attribute is shared by all graphs), and its
+// cluster settings (part of the topology) and carveout (the first graph's).
 std::map<std::pair<uint64_t, std::string>, KernelNode> function_requirements(const Payload& p) {
   std::map<std::pair<uint64_t, std::string>, KernelNode> out;
   auto visit = [&out](const Node& n) {
@@ -165,7 +166,7 @@ CUgraph GraphSet::template_graph(size_t i) {
   return templates_[t]->work.graph;
 }
 
-Status GraphSet::set_node(const Node& n, CUgraphNode node) {
+Status GraphSet::set_node(const Node& n, CUgraphNode node, size_t index, size_t member) {
   const Driver* d = driver_if_open();
   CUresult r = CUDA_SUCCESS;
   switch (n.kind) {
@@ -189,37 +190,57 @@ Status GraphSet::set_node(const Node& n, CUgraphNode node) {
       break;
     }
     case NodeKind::kEventRecord:
-      if (n.event >= events_.size()) return Error(FOUNDRY_ERR_FORMAT, "event index out of range");
-      r = d->cuGraphEventRecordNodeSetEvent(node, events_[n.event]);
+      r = d->cuGraphEventRecordNodeSetEvent(node, events_.at(n.event));
       break;
     case NodeKind::kEventWait:
-      if (n.event >= events_.size()) return Error(FOUNDRY_ERR_FORMAT, "event index out of range");
-      r = d->cuGraphEventWaitNodeSetEvent(node, events_[n.event]);
+      r = d->cuGraphEventWaitNodeSetEvent(node, events_.at(n.event));
       break;
     case NodeKind::kEmpty:
     case NodeKind::kChildGraph:
     case NodeKind::kCollective:  // NCCL's nodes are set by apply_collectives
       break;
   }
-  return cuda_check(r, "setting a node of a template graph");
+  if (r == CUDA_SUCCESS) return Status::Ok();
+  return cuda_error(r, ("writing node " + std::to_string(index) + " of graph " + std::to_string(member) + " (" +
+                        payload_.members[member].name + ") into its template")
+                           .c_str());
+}
+
+// What set_node could refuse without touching the driver, checked before any node is written, so
+// that a bad value leaves the template holding the previous member intact.
+static Status check_writable(const Node& n, size_t events) {
+  if (n.kind == NodeKind::kKernel) return Registry::instance().resolve(n.kernel.image_hash, n.kernel.name).status();
+  if ((n.kind == NodeKind::kEventRecord || n.kind == NodeKind::kEventWait) && n.event >= events)
+    return Error(FOUNDRY_ERR_FORMAT, "event index " + std::to_string(n.event) + " out of range");
+  return Status::Ok();
+}
+
+Status GraphSet::reset_to_template(size_t i, Working* w) {
+  const GraphModel& g = payload_.templates[payload_.members[i].template_index];
+  for (size_t j = 0; j < g.nodes.size(); ++j) FOUNDRY_RETURN_IF_ERROR(set_node(g.nodes[j], w->nodes[j], j, i));
+  w->holds = -1;
+  return Status::Ok();
 }
 
 Status GraphSet::switch_to(size_t i, Working* w) {
   if (w->holds == static_cast<int64_t>(i)) return Status::Ok();
-  if (w->holds == Working::kUnknown)
-    return Error(FOUNDRY_ERR_STATE, "a template graph was left part-written by an earlier failed update");
   auto t0 = std::chrono::steady_clock::now();
   const PayloadMember& m = payload_.members[i];
   const GraphModel& t = payload_.templates[m.template_index];
+  // A switch that failed part-way left values of two members: start again from the template's.
+  if (w->holds == Working::kUnknown) FOUNDRY_RETURN_IF_ERROR(reset_to_template(i, w));
   std::vector<uint8_t> mine(w->nodes.size(), 0);
-  for (const NodeDelta& d : m.delta) mine.at(d.node) = 1;
+  for (const NodeDelta& d : m.delta) {
+    mine.at(d.node) = 1;
+    FOUNDRY_RETURN_IF_ERROR(check_writable(d.value, events_.size()));
+  }
   int64_t held = w->holds;
   w->holds = Working::kUnknown;  // until every write below succeeded
   if (held >= 0) {
     for (const NodeDelta& d : payload_.members[held].delta)
-      if (!mine[d.node]) FOUNDRY_RETURN_IF_ERROR(set_node(t.nodes[d.node], w->nodes[d.node]));
+      if (!mine[d.node]) FOUNDRY_RETURN_IF_ERROR(set_node(t.nodes[d.node], w->nodes[d.node], d.node, i));
   }
-  for (const NodeDelta& d : m.delta) FOUNDRY_RETURN_IF_ERROR(set_node(d.value, w->nodes[d.node]));
+  for (const NodeDelta& d : m.delta) FOUNDRY_RETURN_IF_ERROR(set_node(d.value, w->nodes[d.node], d.node, i));
   // NCCL's nodes are set on the graph too, so a member may use another NCCL kernel than its template's.
   FOUNDRY_RETURN_IF_ERROR(apply_collectives(i, w->nodes));
   w->holds = static_cast<int64_t>(i);
@@ -232,7 +253,7 @@ Status GraphSet::instantiate_from(size_t i, Working* w) {
   CUgraphExec exec = nullptr;
   FOUNDRY_RETURN_IF_ERROR(cuda_check(driver_if_open()->cuGraphInstantiateWithFlags(&exec, w->graph, 0),
                                      ("cuGraphInstantiate of graph " + std::to_string(i) + " (" + payload_.members[i].name + ")").c_str()));
-  members_[i]->exec = exec;
+  members_[i]->exec.store(exec, std::memory_order_release);
   return Status::Ok();
 }
 
@@ -240,7 +261,7 @@ Status GraphSet::instantiate(size_t i) {
   if (i >= members_.size()) return Error(FOUNDRY_ERR_INVALID_ARGUMENT, "graph index out of range");
   Member& m = *members_[i];
   std::lock_guard<std::mutex> lock(m.mu);
-  if (m.exec != nullptr) return Status::Ok();
+  if (m.exec.load(std::memory_order_relaxed) != nullptr) return Status::Ok();
   uint32_t index = payload_.members[i].template_index;
   Template& t = *templates_[index];
   std::lock_guard<std::mutex> tlock(t.mu);
@@ -285,7 +306,7 @@ Status GraphSet::instantiate_all(int threads) {
           if (clones[t].graph == nullptr) FOUNDRY_RETURN_IF_ERROR(clone_template(t, &clones[t]));
           Member& m = *members_[i];
           std::lock_guard<std::mutex> lock(m.mu);
-          if (m.exec == nullptr) FOUNDRY_RETURN_IF_ERROR(instantiate_from(i, &clones[t]));
+          if (m.exec.load(std::memory_order_relaxed) == nullptr) FOUNDRY_RETURN_IF_ERROR(instantiate_from(i, &clones[t]));
         }
         return Status::Ok();
       };
@@ -312,8 +333,12 @@ void GraphSet::start_background() {
 
 Status GraphSet::launch(size_t i, CUstream stream) {
   if (i >= members_.size()) return Error(FOUNDRY_ERR_INVALID_ARGUMENT, "graph index out of range");
-  if (members_[i]->exec == nullptr) FOUNDRY_RETURN_IF_ERROR(instantiate(i));
-  return cuda_check(driver_if_open()->cuGraphLaunch(members_[i]->exec, stream), "cuGraphLaunch");
+  CUgraphExec exec = members_[i]->exec.load(std::memory_order_acquire);
+  if (exec == nullptr) {
+    FOUNDRY_RETURN_IF_ERROR(instantiate(i));
+    exec = members_[i]->exec.load(std::memory_order_acquire);
+  }
+  return cuda_check(driver_if_open()->cuGraphLaunch(exec, stream), "cuGraphLaunch");
 }
 
 GraphSet::~GraphSet() {
@@ -321,7 +346,7 @@ GraphSet::~GraphSet() {
   if (background_.joinable()) background_.join();
   const Driver* d = driver_if_open();
   if (d == nullptr) return;
-  for (auto& m : members_) if (m->exec) d->cuGraphExecDestroy(m->exec);
+  for (auto& m : members_) if (CUgraphExec e = m->exec.load()) d->cuGraphExecDestroy(e);
   for (auto& t : templates_) if (t->work.graph) d->cuGraphDestroy(t->work.graph);
   for (CUevent e : events_) d->cuEventDestroy(e);
 }

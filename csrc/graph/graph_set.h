@@ -1,8 +1,8 @@
 // LOAD: a set of restored graphs. Each topology template is built into a CUgraph once; every
 // graph gets its own CUgraphExec, so a replay never synchronizes the device and never touches
 // another graph's exec. A graph is instantiated from its template's CUgraph after the graph's
-// delta has been written into that CUgraph's nodes (cuGraph*SetParams: host-side, and several
-// times cheaper than patching the exec afterwards); the CUgraph remembers which graph's values
+// delta has been written into that CUgraph's nodes (cuGraph*SetParams, which, unlike the exec
+// updates, may also change which kernel a node runs); the CUgraph remembers which graph's values
 // it holds, so going from one member to the next rewrites only the nodes either one changes.
 //
 // Instantiation: eager (all now, on the calling thread), parallel (N threads, each on its own
@@ -47,15 +47,17 @@ class GraphSet {
   Status instantiate_all(int threads);
   void start_background();
   Status launch(size_t i, CUstream stream);
-  bool ready(size_t i) const { return members_[i]->exec != nullptr; }
+  bool ready(size_t i) const { return members_[i]->exec.load(std::memory_order_acquire) != nullptr; }
   // The CUgraph graph i is instantiated from, holding graph i's values (its template, built if it
-  // was not yet, with i's delta written in); nullptr on failure. Valid until the next instantiation.
+  // was not yet, with i's delta written in); nullptr on failure. For inspection only: owned by the
+  // set, and rewritten by the next instantiation of any graph of the same template (including a
+  // background or lazy one), so read it while nothing else instantiates.
   CUgraph template_graph(size_t i);
 
  private:
   struct Member {
-    std::mutex mu;
-    CUgraphExec exec = nullptr;
+    std::mutex mu;  // serialises instantiation; launch() and ready() only read exec
+    std::atomic<CUgraphExec> exec{nullptr};
   };
   // A template's CUgraph (or a worker's clone of it) and whose values its nodes hold.
   struct Working {
@@ -78,7 +80,10 @@ class GraphSet {
   // Writes member i's values into w's nodes: i's delta, and the template's values back into the
   // nodes that the member w held changed and i does not.
   Status switch_to(size_t i, Working* w);
-  Status set_node(const Node& n, CUgraphNode node);
+  // Writes the template's own values into every node of w (after a failed switch to member i).
+  Status reset_to_template(size_t i, Working* w);
+  // Writes node `index` of the graph being switched to (`member`, named in errors).
+  Status set_node(const Node& n, CUgraphNode node, size_t index, size_t member);
   Status instantiate_from(size_t i, Working* w);
   Status clone_template(uint32_t t, Working* clone);
   Status ensure_built(uint32_t t);  // caller holds templates_[t]->mu

@@ -484,8 +484,8 @@ Status prefixed(const std::string& where, const Status& s) {
 }
 
 // What the binary reader checks beyond field types (param slots inside the buffer, memset element
-// sizes, edge endpoints, child indices, delta nodes matching their template): the model goes
-// through the binary encoding and its own validating reader, so the two cannot disagree.
+// sizes, edge endpoints, child indices, delta nodes matching their template): templates and
+// deltas go through the binary encoding and its own validating reader, so the two cannot disagree.
 Status check_like_read_payload(const Payload& p) {
   if (p.members.size() > kMaxMembers)
     return Error(FOUNDRY_ERR_FORMAT, "payload JSON: more than " + std::to_string(kMaxMembers) + " graphs");
@@ -508,6 +508,12 @@ Status check_like_read_payload(const Payload& p) {
     if (!same_topology(p.templates[m.template_index], applied))
       return Error(FOUNDRY_ERR_FORMAT, "payload JSON: " + where + ".delta changes the topology of template " +
                                            std::to_string(m.template_index) + " (launch attributes, cluster shapes, copy shapes or edges)");
+    // The delta as LOAD will read it back (slots inside the parameters, and so on).
+    ByteWriter w;
+    write_delta(w, p.templates[m.template_index], m.delta);
+    ByteReader r(w.bytes().data(), w.size());
+    std::vector<NodeDelta> back;
+    FOUNDRY_RETURN_IF_ERROR(prefixed(where + ".delta", read_delta(r, p.templates[m.template_index], &back)));
   }
   return Status::Ok();
 }

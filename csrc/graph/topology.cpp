@@ -28,8 +28,8 @@ void encode_kernel_topology(ByteWriter& w, const KernelNode& k) {
     w.u32(a.id);
     w.blob(a.value.data(), a.value.size());
   }
-  // Cluster shape is fixed at instantiation; the shared memory attributes are set on the function
-  // before each build and so may differ between members.
+  // Cluster shape is fixed at instantiation. The shared memory attributes are not topology: LOAD
+  // sets each function's once, to the most any graph asks.
   for (int32_t v : k.func.required_cluster) w.u32(static_cast<uint32_t>(v));
   w.u32(static_cast<uint32_t>(k.func.non_portable_cluster));
   w.u32(static_cast<uint32_t>(k.func.cluster_scheduling));
@@ -42,7 +42,7 @@ void encode_node_topology(ByteWriter& w, const Node& n) {
       encode_kernel_topology(w, n.kernel);
       break;
     case NodeKind::kMemset:
-      // An update cannot change the element size or switch between 1D and 2D.
+      // Kept as topology (exec updates cannot change them; graphs rarely differ in them).
       w.u32(n.memset.element_size);
       w.u8(n.memset.height > 1);
       break;
@@ -53,7 +53,7 @@ void encode_node_topology(ByteWriter& w, const Node& n) {
     case NodeKind::kEventRecord:
     case NodeKind::kEventWait:
     case NodeKind::kEmpty:
-      break;  // event handles are updatable: the kind is all
+      break;  // which event is per member: the kind is all
     case NodeKind::kChildGraph:
       w.u32(n.child);
       break;

@@ -224,6 +224,25 @@ TEST_CASE("model checks of the binary reader apply") {
   CHECK(!s.ok() && mentions(s, "members[1].delta") && mentions(s, "template's is a memset node"));
 }
 
+TEST_CASE("a delta's kernel is checked as LOAD reads it") {
+  // The delta may name another kernel with another parameter layout; a slot past its parameters
+  // must be refused here as the binary reader refuses it.
+  Payload p = sample();
+  NodeDelta* kernel_delta = nullptr;
+  for (PayloadMember& m : p.members)
+    for (NodeDelta& d : m.delta)
+      if (d.value.kind == NodeKind::kKernel && kernel_delta == nullptr) kernel_delta = &d;
+  CHECK(kernel_delta != nullptr);
+  if (kernel_delta == nullptr) return;
+  KernelNode& k = kernel_delta->value.kernel;
+  k.name = "_Z5otherPfS_";
+  k.slots = {{0, static_cast<uint32_t>(k.params.size()) + 8}};
+  auto r = payload_from_json(payload_to_json(p));
+  CHECK(!r.ok() && mentions(r.status(), ".delta") && mentions(r.status(), "param slot"));
+  k.slots = {{0, static_cast<uint32_t>(k.params.size())}};
+  CHECK(payload_from_json(payload_to_json(p)).ok());
+}
+
 TEST_CASE("json keeps integers exact and refuses bad documents") {
   auto v = json::parse("[18446744073709551615, -9223372036854775808, 9007199254740993, 1.5, 1e400]");
   CHECK(!v.ok());  // 1e400 is out of the double range
