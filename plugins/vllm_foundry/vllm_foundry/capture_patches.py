@@ -26,6 +26,7 @@ normally (and auto mode writes a fresh archive).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -44,14 +45,14 @@ from foundry_core.engine.capture import (
 )
 from foundry_core.errors import MismatchError
 
-from vllm_foundry import modes, patching, ranks, runtime
+from vllm_foundry import modes, patching, piecewise, ranks, runtime, seams
 from vllm_foundry.runtime import Phase
 
 logger = logging.getLogger("foundry.vllm")
 
 _FALLBACK = object()
 
-__all__ = ["MAX_DEPTH", "NoCapture", "PendingGraph", "WRAPPERS", "address_mismatch", "expected_names", "graph_name",
+__all__ = ["MAX_DEPTH", "NoCapture", "PendingGraph", "PIECE_WRAPPERS", "WRAPPERS", "address_mismatch", "expected_names", "graph_name",
            "inference_mode", "install", "keep_graphs", "neutralised", "observing", "output_tensors", "swapped",
            "tensor_addresses", "wrap_capture", "wrap_capture_model"]
 
@@ -130,6 +131,10 @@ def _capture_and_save(rt: runtime.WorkerRuntime, manager: Any, original: Callabl
         "graphs": list(graphs),
         "outputs": {"hidden_states": 1, "aux_hidden_states": len(outputs) - 1},
     })
+    if piecewise.enabled():
+        pieces, state = piecewise.collect(_wrapper_instances())
+        graphs.update(pieces)
+        rt.adapter.state[piecewise.STATE_KEY] = state
     if runtime.env_flag(runtime.CHECK_METADATA_ENV) and observed:
         rt.adapter.state["attention_addresses"] = observed
     start = time.perf_counter()
@@ -140,6 +145,11 @@ def _capture_and_save(rt: runtime.WorkerRuntime, manager: Any, original: Callabl
     return result
 
 
+def _wrapper_instances() -> list[Any]:
+    """Every CUDAGraphWrapper vLLM made (compiled pieces and others)."""
+    return list(patching.resolve(seams.seam("piece.instances"))[2])
+
+
 # ---- LOAD ----------------------------------------------------------------------------------------
 
 
@@ -148,13 +158,16 @@ def _check_restorable(rt: runtime.WorkerRuntime, manager: Any, archive: Any, ori
     """Runs vLLM's capture loop with neutralised forwards (placeholders for every graph) and checks
     the archive against it. Returns (the loop's result, None) or (None, why it cannot be used)."""
     recorded = rt.recorded_adapter_state()
-    by_name = {g.name: g for g in archive}
+    by_name = {g.name: g for g in archive if not piecewise.is_piece(g.name)}
     expected = expected_names(manager)
     if expected is not None and set(expected) != set(by_name):
         missing = sorted(set(expected) - set(by_name))
         extra = sorted(set(by_name) - set(expected))
         return None, (f"vLLM wants {len(expected)} graphs, the archive holds {len(by_name)} (missing "
                       f"{missing[:3]}, unexpected {extra[:3]})")
+    problem = _pieces_problem(manager, archive, recorded)
+    if problem is not None:
+        return None, problem
     layout = recorded.get("outputs", {}) if isinstance(recorded, Mapping) else {}
     want_aux = bool(getattr(manager, "use_aux_hidden_state_outputs", False))
     have_aux = int(layout.get("aux_hidden_states", 0) or 0) > 0 if isinstance(layout, Mapping) else False
@@ -175,6 +188,21 @@ def _check_restorable(rt: runtime.WorkerRuntime, manager: Any, archive: Any, ori
             if problem is not None:
                 return None, f"restored graphs cannot be used: {problem}"
     return result, None
+
+
+def _pieces_problem(manager: Any, archive: Any, recorded: Any) -> str | None:
+    """Why the archive's piecewise graphs do not cover the PIECEWISE sizes vLLM wants (or None)."""
+    wanted = piecewise.wanted_sizes(manager)
+    state = recorded.get(piecewise.STATE_KEY) if isinstance(recorded, Mapping) else None
+    have = sorted(state.get("sizes") or []) if isinstance(state, Mapping) else []
+    pieces = sum(1 for g in archive if piecewise.is_piece(g.name))
+    if wanted is None:
+        return None if not pieces else "the archive holds piecewise graphs, vLLM captures none in this mode"
+    if not piecewise.enabled():
+        return f"vLLM wants piecewise graphs and {piecewise.ENV} is not set"
+    if wanted != have or not pieces:
+        return f"vLLM wants piecewise graphs for {len(wanted)} sizes, the archive holds {pieces} pieces for sizes {have[:4]}..."
+    return None
 
 
 def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., Any],
@@ -200,6 +228,11 @@ def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., An
         return _FALLBACK
 
     by_name = {g.name: g for g in archive}
+    pieces = {name: g for name, g in by_name.items() if piecewise.is_piece(name)}
+    if pieces:
+        recorded = rt.recorded_adapter_state()
+        rt.pieces = piecewise.Pieces(pieces, {n: archive.outputs(g.index) for n, g in pieces.items()},
+                                     recorded.get(piecewise.STATE_KEY) or {})
     placeholders = list(manager.graphs)
     for desc in placeholders:
         manager.graphs[desc] = by_name[graph_name(desc)]
@@ -211,8 +244,8 @@ def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., An
             manager.aux_hidden_states = list(outputs[1:])
     manager._foundry_archive = archive  # vLLM keeps only self.graphs; keep the outputs' owner too
     logger.info("foundry: restored %d graphs in %.2f s (instantiate=%s; images %.2f s, build %.2f s, "
-                "instantiate %.2f s) instead of capturing", len(placeholders), loaded, instantiate,
-                archive.times.images_s, archive.times.build_s, archive.times.instantiate_s + archive.times.update_s)
+                "deltas %.2f s, instantiate %.2f s) instead of capturing", len(placeholders) + len(pieces), loaded, instantiate,
+                archive.times.images_s, archive.times.build_s, archive.times.update_s, archive.times.instantiate_s)
     return result
 
 
@@ -251,9 +284,32 @@ def wrap_capture(original: Callable[..., Any]) -> Callable[..., Any]:
     return capture
 
 
+def wrap_piece_call(original: Callable[..., Any]) -> Callable[..., Any]:
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rt = runtime.current()
+        if rt is not None and rt.pieces is not None:
+            entry_type, context, available = _piece_seams()
+            rt.pieces.maybe_install(self, args, entry_type, context() if available() else None)
+            if rt.pieces.complete():
+                rt.pieces = None  # every piece installed: back to vLLM's own call, nothing added
+        return original(self, *args, **kwargs)
+
+    return __call__
+
+
+@functools.cache
+def _piece_seams() -> tuple[type, Callable[[], Any], Callable[[], bool]]:
+    """vLLM's CUDAGraphEntry, get_forward_context and is_forward_context_available, resolved once."""
+    return tuple(patching.resolve(seams.seam(n))[2] for n in ("piece.entry", "piece.context", "piece.context_available"))
+
+
 WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
     "runner.capture_model": wrap_capture_model,
     "cg.capture": wrap_capture,
+}
+# Installed only with FOUNDRY_VLLM_PIECEWISE=1, so that a vLLM without these seams still runs the rest.
+PIECE_WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    "piece.call": wrap_piece_call,
 }
 
 
@@ -261,3 +317,6 @@ def install() -> None:
     """Wraps the capture seams; SeamError names the first one missing in the installed vLLM."""
     for name, make in WRAPPERS.items():
         patching.install(name, make)
+    if piecewise.enabled():
+        for name, make in PIECE_WRAPPERS.items():
+            patching.install(name, make)

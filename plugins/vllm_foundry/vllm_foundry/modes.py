@@ -3,7 +3,9 @@
 Supported in this version: the V2 model runner (vLLM's default since 0.25 for most models),
 ``cudagraph_mode=FULL_DECODE_ONLY`` (full graphs of uniform decode batches; prefill and mixed
 batches run without graphs), one GPU, tensor or data parallel (pipeline parallel size 1), no speculative
-decoding, no LoRA, no sleep mode, no dual-batch overlap.
+decoding, no LoRA, no sleep mode, no dual-batch overlap, no CPU weight offload. Experimental, with
+``FOUNDRY_VLLM_PIECEWISE=1``: ``FULL_AND_PIECEWISE`` and ``PIECEWISE`` (piecewise.py), without
+Inductor graph partition or breakable CUDA graphs.
 
 Policy: **refuse**. When Foundry is active (an archive is given and the mode is not ``off``) and
 the configuration is not supported, the worker raises UnsupportedConfigError before its first
@@ -39,13 +41,38 @@ def mode_name(mode: Any) -> str:
     return text.rsplit(".", 1)[-1].upper()
 
 
+PIECEWISE_CUDAGRAPH_MODES = ("FULL_AND_PIECEWISE", "PIECEWISE")
+
+
+def supported_cudagraph_modes() -> tuple[str, ...]:
+    from vllm_foundry import piecewise  # piecewise reads this module's mode_name
+
+    return SUPPORTED_CUDAGRAPH_MODES + (PIECEWISE_CUDAGRAPH_MODES if piecewise.enabled() else ())
+
+
 def cudagraph_mode_problem(mode: Any) -> str | None:
     """Why ``mode`` is not supported (naming it and the supported ones), or None."""
     name = mode_name(mode)
-    if name in SUPPORTED_CUDAGRAPH_MODES:
+    supported = supported_cudagraph_modes()
+    if name in supported:
         return None
-    return (f"cudagraph_mode={name} is not supported (supported: {', '.join(SUPPORTED_CUDAGRAPH_MODES)}; "
-            f"pass {CUDAGRAPH_MODE_FLAG})")
+    hint = (" or set FOUNDRY_VLLM_PIECEWISE=1 for the experimental piecewise support"
+            if name in PIECEWISE_CUDAGRAPH_MODES else "")
+    return f"cudagraph_mode={name} is not supported (supported: {', '.join(supported)}; pass {CUDAGRAPH_MODE_FLAG}{hint})"
+
+
+def piecewise_problems(vllm_config: Any, environ: Any = None) -> list[str]:
+    """What the piecewise path cannot restore: pieces made by Inductor's graph partition or by
+    vLLM's breakable CUDA graphs (other wrapper classes)."""
+    import os
+
+    env = os.environ if environ is None else environ
+    problems = []
+    if config_value(vllm_config, "compilation_config", "use_inductor_graph_partition", default=False):
+        problems.append("use_inductor_graph_partition=True is not supported with piecewise graphs")
+    if str(env.get("VLLM_USE_BREAKABLE_CUDAGRAPH", "")).strip().lower() in ("1", "true", "yes", "on"):
+        problems.append("VLLM_USE_BREAKABLE_CUDAGRAPH=1 is not supported with piecewise graphs")
+    return problems
 
 
 def config_value(obj: Any, *path: str, default: Any = None) -> Any:
@@ -67,9 +94,12 @@ def unsupported_settings(vllm_config: Any, use_v2_model_runner: bool | None = No
         problems.append("enforce_eager=True captures no CUDA graphs, so there is nothing to save or restore "
                         "(drop --enforce-eager)")
     else:
-        problem = cudagraph_mode_problem(config_value(vllm_config, "compilation_config", "cudagraph_mode"))
+        mode = config_value(vllm_config, "compilation_config", "cudagraph_mode")
+        problem = cudagraph_mode_problem(mode)
         if problem:
             problems.append(problem)
+        elif mode_name(mode) in PIECEWISE_CUDAGRAPH_MODES:
+            problems += piecewise_problems(vllm_config)
     if not use_v2_model_runner:
         problems.append("the V1 model runner is not supported (vLLM chose V1 because of VLLM_USE_V2_MODEL_RUNNER=0 "
                         "or a feature V2 lacks; see vLLM's 'using the V1 model runner' warning)")
@@ -82,6 +112,11 @@ def unsupported_settings(vllm_config: Any, use_v2_model_runner: bool | None = No
         problems.append("sleep mode is not supported (its allocator bypasses the deterministic region)")
     if config_value(vllm_config, "parallel_config", "enable_dbo", default=False):
         problems.append("dual-batch overlap (enable_dbo) is not supported")
+    offload = (config_value(vllm_config, "offload_config", "uva", "cpu_offload_gb", default=0) or 0,
+               config_value(vllm_config, "offload_config", "prefetch", "offload_group_size", default=0) or 0)
+    if any(isinstance(v, (int, float)) and v > 0 for v in offload):
+        problems.append("CPU weight offload is not supported (offloaded weights and prefetch buffers live outside "
+                        "the deterministic region)")
     return problems
 
 
@@ -116,7 +151,7 @@ def check_supported(vllm_config: Any, use_v2_model_runner: bool | None = None) -
 
 def check_resolved_mode(mode: Any) -> None:
     """The V2 runner re-resolves the mode against the attention backend at KV-cache init; raises
-    UnsupportedConfigError when that resolution left a mode other than FULL_DECODE_ONLY."""
+    UnsupportedConfigError when that resolution left a mode that is not supported."""
     problem = cudagraph_mode_problem(mode)
     if problem:
         raise UnsupportedConfigError(format_refusal([

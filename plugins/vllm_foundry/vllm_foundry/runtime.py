@@ -70,6 +70,7 @@ class WorkerRuntime(worker.WorkerRuntime):
         self.phase = Phase.INIT
         self.worker: Any = None
         self.runner: Any = None
+        self.pieces: Any = None  # LOAD, piecewise: the restored pieces (piecewise.Pieces)
 
 
 _SLOT: worker.RuntimeSlot[WorkerRuntime] = worker.RuntimeSlot()

@@ -33,6 +33,7 @@ TESTED_VERSIONS = ("0.25.0",)
 _WORKER = "vllm.v1.worker.gpu_worker"
 _RUNNER_V2 = "vllm.v1.worker.gpu.model_runner"
 _CG_V2 = "vllm.v1.worker.gpu.cudagraph_utils"
+_PIECE = "vllm.compilation.cuda_graph"
 
 SEAMS: tuple[Seam, ...] = (
     # ---- plugin loading and processes ------------------------------------------------------
@@ -105,12 +106,31 @@ SEAMS: tuple[Seam, ...] = (
          purpose="the persistent output buffers the FULL graphs write (restored as graph outputs at LOAD)"),
     Seam("cg.run_fullgraph", _CG_V2, "CudaGraphManager.run_fullgraph", "method", params=("self", "desc"),
          purpose="replays self.graphs[desc] (restored graphs have .replay())"),
+    # ---- piecewise graphs (experimental, FOUNDRY_VLLM_PIECEWISE=1) -----------------------------
+    Seam("piece.call", _PIECE, "CUDAGraphWrapper.__call__", "method", params=("self",),
+         purpose="LOAD: installs a restored piece as the wrapper's entry at its first call for a descriptor"),
+    Seam("piece.init", _PIECE, "CUDAGraphWrapper.__init__", "method",
+         params=("self", "runnable", "vllm_config", "runtime_mode"),
+         assigns=("runnable", "runtime_mode", "concrete_cudagraph_entries"),
+         purpose="the attributes read to name a piece and to install its entries"),
+    Seam("piece.instances", _PIECE, "CUDAGraphWrapper._all_instances", "constant",
+         purpose="SAVE: every wrapper, to collect the captured pieces"),
+    Seam("piece.entry", _PIECE, "CUDAGraphEntry", "constant",
+         purpose="LOAD: the entry made for a restored piece (batch_descriptor, cudagraph, output, input_addresses)"),
+    Seam("piece.backend", "vllm.compilation.piecewise_backend", "PiecewiseBackend.__init__", "method",
+         params=("self", "graph", "vllm_config", "piecewise_compile_index", "total_piecewise_compiles"),
+         assigns=("piecewise_compile_index", "total_piecewise_compiles", "vllm_backend"),
+         purpose="a piece's stable name: its compiled module's prefix, index and count"),
+    Seam("piece.context", "vllm.forward_context", "get_forward_context", "function",
+         purpose="LOAD: the batch descriptor and runtime mode of the call a piece is installed for"),
+    Seam("piece.context_available", "vllm.forward_context", "is_forward_context_available", "function",
+         purpose="LOAD: no forward context, no piece to install"),
 )
 
 TABLE = SeamTable(
     engine="vLLM", package="vllm", tested_versions=TESTED_VERSIONS, seams=SEAMS,
-    # load_general_plugins is only read (vLLM calls it from other modules), never wrapped.
-    read_only_modules=("vllm.plugins",),
+    # These are only read or called (vLLM calls them from other modules), never wrapped.
+    read_only_modules=("vllm.plugins", "vllm.forward_context"),
 )
 
 BY_NAME: dict[str, Seam] = TABLE.by_name

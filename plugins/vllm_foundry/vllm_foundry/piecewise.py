@@ -1,0 +1,150 @@
+"""Piecewise CUDA graphs (``FULL_AND_PIECEWISE``, ``PIECEWISE``): experimental, opt-in with
+``FOUNDRY_VLLM_PIECEWISE=1``; not yet run on a GPU (docs/vllm-piecewise.md).
+
+vLLM's V2 runner captures one graph per compiled piece (a ``CUDAGraphWrapper`` around each
+``PiecewiseBackend``) and per ``PIECEWISE`` batch descriptor, inside the same
+``CudaGraphManager.capture`` loop that captures the FULL graphs.
+
+- **SAVE** (:func:`collect`): after that loop, every piece's entries are saved under
+  ``pw:<prefix>:<index>/<total>:<descriptor>`` with their outputs; the addresses of their tensor
+  arguments go into the engine state.
+- **LOAD** (:class:`Pieces`): the loop runs neutralised, so no piece is captured; the wrappers are
+  only made at the compiled model's first call, after the capture phase. The first time a wrapper
+  is called for a descriptor it has no entry for, the restored graph becomes vLLM's own
+  ``CUDAGraphEntry``, after checking that the call's tensor arguments sit where they sat at SAVE;
+  otherwise vLLM captures that piece itself (it may, in the V2 runner) and a warning says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from foundry_core.engine.capture import graph_name
+from foundry_core.errors import UnsupportedError
+
+from vllm_foundry import modes, runtime
+
+logger = logging.getLogger("foundry.vllm")
+
+ENV = "FOUNDRY_VLLM_PIECEWISE"
+PREFIX = "pw:"
+STATE_KEY = "piecewise"
+
+__all__ = ["ENV", "PREFIX", "Pieces", "collect", "enabled", "is_piece", "piece_name", "wanted_sizes", "wrapper_key"]
+
+
+def enabled() -> bool:
+    """Whether the experimental piecewise path is switched on."""
+    return runtime.env_flag(ENV, default=False)
+
+
+def wrapper_key(wrapper: Any) -> str | None:
+    """A piece's name, equal in every process: ``<compiled module prefix>:<index>/<pieces>``
+    (None for a wrapper that is not around a ``PiecewiseBackend``)."""
+    backend = getattr(wrapper, "runnable", None)
+    index = getattr(backend, "piecewise_compile_index", None)
+    total = getattr(backend, "total_piecewise_compiles", None)
+    prefix = getattr(getattr(backend, "vllm_backend", None), "prefix", None)
+    if not isinstance(index, int) or not isinstance(total, int) or not prefix:
+        return None
+    return f"{prefix}:{index}/{total}"
+
+
+def piece_name(key: str, descriptor: Any) -> str:
+    return f"{PREFIX}{key}:{graph_name(descriptor)}"
+
+
+def is_piece(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+def _piecewise_wrappers(wrappers: Iterable[Any]) -> list[tuple[str, Any]]:
+    found = [(wrapper_key(w), w) for w in wrappers if modes.mode_name(getattr(w, "runtime_mode", None)) == "PIECEWISE"]
+    found = [(k, w) for k, w in found if k is not None]
+    keys = [k for k, _ in found]
+    if len(set(keys)) != len(keys):
+        raise UnsupportedError(f"two compiled pieces have the same name ({sorted(keys)[:4]}...): vllm-foundry cannot "
+                               "tell their graphs apart")
+    return sorted(found, key=lambda kw: kw[0])
+
+
+def collect(wrappers: Iterable[Any]) -> tuple[dict[str, tuple[Any, Any]], dict[str, Any]]:
+    """SAVE: ({name: (graph, outputs)} of every captured piece, the engine state that LOAD checks)."""
+    graphs: dict[str, tuple[Any, Any]] = {}
+    inputs: dict[str, list[int]] = {}
+    sizes: set[int] = set()
+    keys = []
+    for key, wrapper in _piecewise_wrappers(wrappers):
+        keys.append(key)
+        for descriptor, entry in getattr(wrapper, "concrete_cudagraph_entries", {}).items():
+            if getattr(entry, "cudagraph", None) is None:
+                continue
+            name = piece_name(key, descriptor)
+            graphs[name] = (entry.cudagraph, entry.output)
+            inputs[name] = [int(a) for a in (getattr(entry, "input_addresses", None) or [])]
+            sizes.add(int(getattr(descriptor, "num_tokens", -1)))
+    return graphs, {"pieces": keys, "sizes": sorted(sizes), "inputs": inputs}
+
+
+def wanted_sizes(manager: Any) -> list[int] | None:
+    """The token counts of the PIECEWISE descriptors vLLM's loop covers (None when it has none)."""
+    descs = getattr(manager, "_capture_descs", None)
+    if not isinstance(descs, Mapping):
+        return None
+    sizes = {int(d.num_tokens) for group in descs.values() for d in group
+             if modes.mode_name(getattr(d, "cg_mode", None)) == "PIECEWISE"}
+    return sorted(sizes) or None
+
+
+def _tensor_addresses(args: tuple) -> list[int]:
+    """The addresses vLLM records for a piece: every tensor argument's (duck-typed, as torch need
+    not be imported to ask)."""
+    return [a.data_ptr() for a in args if hasattr(a, "data_ptr") and hasattr(a, "is_cuda")]
+
+
+class Pieces:
+    """LOAD: the restored pieces by name, installed into vLLM's wrappers at their first call."""
+
+    def __init__(self, graphs: Mapping[str, Any], outputs: Mapping[str, Any], state: Mapping[str, Any]):
+        self._graphs = dict(graphs)
+        self._outputs = dict(outputs)
+        self._inputs = {k: list(v) for k, v in (state.get("inputs") or {}).items()}
+        self._refused: set[str] = set()
+        self.installed = 0
+
+    def __len__(self) -> int:
+        return len(self._graphs)
+
+    def complete(self) -> bool:
+        """Every restored piece is installed or refused: nothing is left to do per call."""
+        return self.installed + len(self._refused) >= len(self._graphs)
+
+    def maybe_install(self, wrapper: Any, args: tuple, entry_type: type, context: Any) -> None:
+        """Called before each ``CUDAGraphWrapper.__call__``: gives the wrapper its restored entry for
+        the current descriptor if it has none yet."""
+        if context is None or modes.mode_name(getattr(context, "cudagraph_runtime_mode", None)) != "PIECEWISE":
+            return
+        if modes.mode_name(getattr(wrapper, "runtime_mode", None)) != "PIECEWISE":
+            return
+        descriptor = getattr(context, "batch_descriptor", None)
+        entries = getattr(wrapper, "concrete_cudagraph_entries", None)
+        if descriptor is None or entries is None or descriptor in entries:
+            return
+        key = wrapper_key(wrapper)
+        name = piece_name(key, descriptor) if key else None
+        if name is None or name in self._refused or name not in self._graphs:
+            return
+        saved = self._inputs.get(name)
+        now = _tensor_addresses(args)
+        if saved is None or now != saved:
+            self._refused.add(name)
+            logger.warning("foundry: piece %s is captured by vLLM, not restored: its tensor arguments are not where "
+                           "they were at SAVE", name)
+            return
+        entries[descriptor] = entry_type(batch_descriptor=descriptor, cudagraph=self._graphs[name],
+                                         output=self._outputs[name], input_addresses=saved)
+        self.installed += 1
+        if self.installed == len(self._graphs):
+            logger.info("foundry: all %d restored pieces are installed", self.installed)

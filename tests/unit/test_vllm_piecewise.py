@@ -1,0 +1,202 @@
+"""vllm-foundry's experimental piecewise path (FOUNDRY_VLLM_PIECEWISE=1): naming pieces, collecting
+them at SAVE, installing restored ones at their first call at LOAD, the mode checks. vLLM's objects
+are stood in for by small fakes with the attributes vLLM 0.25 has (see seams.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import types
+
+import pytest
+
+from foundry_core.errors import UnsupportedError
+from vllm_foundry import capture_patches, modes, piecewise
+
+
+class Mode(enum.Enum):
+    NONE = 0
+    PIECEWISE = 1
+    FULL = 2
+    FULL_AND_PIECEWISE = (2, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchDescriptor:  # vllm.forward_context.BatchDescriptor's fields
+    num_tokens: int
+    num_reqs: int | None = None
+    uniform: bool = False
+    has_lora: bool = False
+    num_active_loras: int = 0
+
+
+@dataclasses.dataclass
+class Entry:  # vllm.compilation.cuda_graph.CUDAGraphEntry
+    batch_descriptor: BatchDescriptor
+    cudagraph: object | None = None
+    output: object | None = None
+    input_addresses: list[int] | None = None
+
+
+class Tensor:
+    is_cuda = True
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+def wrapper(index: int, total: int = 3, prefix: str = "backbone", mode: Mode = Mode.PIECEWISE) -> types.SimpleNamespace:
+    backend = types.SimpleNamespace(piecewise_compile_index=index, total_piecewise_compiles=total,
+                                    vllm_backend=types.SimpleNamespace(prefix=prefix))
+    return types.SimpleNamespace(runnable=backend, runtime_mode=mode, concrete_cudagraph_entries={})
+
+
+@pytest.fixture(autouse=True)
+def piecewise_on(monkeypatch):
+    monkeypatch.setenv(piecewise.ENV, "1")
+
+
+def test_pieces_are_named_by_module_index_and_count():
+    assert piecewise.wrapper_key(wrapper(2)) == "backbone:2/3"
+    assert piecewise.wrapper_key(types.SimpleNamespace(runnable=object())) is None
+    name = piecewise.piece_name("backbone:2/3", BatchDescriptor(8))
+    assert name == "pw:backbone:2/3:num_tokens=8,num_reqs=None,uniform=False,has_lora=False,num_active_loras=0"
+    assert piecewise.is_piece(name) and not piecewise.is_piece("cg_mode=FULL,num_tokens=8")
+
+
+def test_save_collects_every_captured_piece_with_its_inputs_and_sizes():
+    first, last, full = wrapper(0), wrapper(2), wrapper(0, mode=Mode.FULL)
+    for w, base in ((first, 0x1000), (last, 0x2000)):
+        for n in (8, 1):
+            w.concrete_cudagraph_entries[BatchDescriptor(n)] = Entry(BatchDescriptor(n), f"graph{base}-{n}",
+                                                                     (f"out{n}",), [base + n, 0x9000])
+    last.concrete_cudagraph_entries[BatchDescriptor(4)] = Entry(BatchDescriptor(4))  # never captured
+    full.concrete_cudagraph_entries[BatchDescriptor(8)] = Entry(BatchDescriptor(8), "full-graph")
+    graphs, state = piecewise.collect([last, full, first])
+    assert sorted(graphs) == sorted(piecewise.piece_name(k, BatchDescriptor(n))
+                                    for k in ("backbone:0/3", "backbone:2/3") for n in (1, 8))
+    assert graphs[piecewise.piece_name("backbone:2/3", BatchDescriptor(8))] == ("graph8192-8", ("out8",))
+    assert state["pieces"] == ["backbone:0/3", "backbone:2/3"]
+    assert state["sizes"] == [1, 8]
+    assert state["inputs"][piecewise.piece_name("backbone:0/3", BatchDescriptor(1))] == [0x1001, 0x9000]
+
+
+def test_two_pieces_with_one_name_are_refused():
+    with pytest.raises(UnsupportedError, match="same name"):
+        piecewise.collect([wrapper(1), wrapper(1)])
+
+
+def test_the_piecewise_sizes_vllm_wants():
+    desc = types.SimpleNamespace
+    manager = types.SimpleNamespace(_capture_descs={
+        Mode.PIECEWISE: [desc(cg_mode=Mode.PIECEWISE, num_tokens=n) for n in (16, 8)],
+        Mode.FULL: [desc(cg_mode=Mode.FULL, num_tokens=4)]})
+    assert piecewise.wanted_sizes(manager) == [8, 16]
+    assert piecewise.wanted_sizes(types.SimpleNamespace(_capture_descs={Mode.FULL: [desc(cg_mode=Mode.FULL, num_tokens=4)]})) is None
+
+
+def _restored(names_inputs: dict[str, list[int]]) -> piecewise.Pieces:
+    graphs = {n: f"restored:{n}" for n in names_inputs}
+    outputs = {n: (f"out:{n}",) for n in names_inputs}
+    return piecewise.Pieces(graphs, outputs, {"inputs": names_inputs})
+
+
+def test_load_installs_a_restored_piece_at_its_first_call():
+    w = wrapper(1)
+    name = piecewise.piece_name("backbone:1/3", BatchDescriptor(8))
+    pieces = _restored({name: [0x100, 0x200]})
+    context = types.SimpleNamespace(cudagraph_runtime_mode=Mode.PIECEWISE, batch_descriptor=BatchDescriptor(8))
+    pieces.maybe_install(w, (Tensor(0x100), 3, Tensor(0x200)), Entry, context)
+    entry = w.concrete_cudagraph_entries[BatchDescriptor(8)]
+    assert (entry.cudagraph, entry.output, entry.input_addresses) == (f"restored:{name}", (f"out:{name}",), [0x100, 0x200])
+    assert pieces.installed == 1 and pieces.complete()
+
+
+def test_load_leaves_a_piece_to_vllm_when_its_inputs_moved(caplog):
+    w = wrapper(1)
+    name = piecewise.piece_name("backbone:1/3", BatchDescriptor(8))
+    pieces = _restored({name: [0x100]})
+    context = types.SimpleNamespace(cudagraph_runtime_mode=Mode.PIECEWISE, batch_descriptor=BatchDescriptor(8))
+    with caplog.at_level(logging.WARNING, logger="foundry.vllm"):
+        pieces.maybe_install(w, (Tensor(0x180),), Entry, context)
+    assert BatchDescriptor(8) not in w.concrete_cudagraph_entries
+    assert "captured by vLLM, not restored" in caplog.text and name in caplog.text
+    assert pieces.installed == 0 and pieces.complete()
+
+
+def test_load_installs_nothing_outside_a_piecewise_call():
+    w = wrapper(1)
+    name = piecewise.piece_name("backbone:1/3", BatchDescriptor(8))
+    pieces = _restored({name: [0x100]})
+    args = (Tensor(0x100),)
+    pieces.maybe_install(w, args, Entry, None)  # no forward context
+    pieces.maybe_install(w, args, Entry, types.SimpleNamespace(cudagraph_runtime_mode=Mode.NONE,
+                                                               batch_descriptor=BatchDescriptor(8)))
+    pieces.maybe_install(wrapper(1, mode=Mode.FULL), args, Entry,
+                         types.SimpleNamespace(cudagraph_runtime_mode=Mode.PIECEWISE, batch_descriptor=BatchDescriptor(8)))
+    pieces.maybe_install(w, args, Entry, types.SimpleNamespace(cudagraph_runtime_mode=Mode.PIECEWISE,
+                                                               batch_descriptor=BatchDescriptor(16)))  # not archived
+    assert w.concrete_cudagraph_entries == {} and pieces.installed == 0 and not pieces.complete()
+
+
+def test_the_call_seam_installs_then_gets_out_of_the_way(monkeypatch):
+    w = wrapper(0)
+    name = piecewise.piece_name("backbone:0/3", BatchDescriptor(2))
+    rt = types.SimpleNamespace(pieces=_restored({name: [0x10]}))
+    context = types.SimpleNamespace(cudagraph_runtime_mode=Mode.PIECEWISE, batch_descriptor=BatchDescriptor(2))
+    monkeypatch.setattr(capture_patches.runtime, "current", lambda: rt)
+    monkeypatch.setattr(capture_patches, "_piece_seams", lambda: (Entry, lambda: context, lambda: True))
+    calls = []
+
+    def original(self, *args, **kwargs):
+        calls.append(self.concrete_cudagraph_entries.get(BatchDescriptor(2)))
+        return "replayed"
+
+    call = capture_patches.wrap_piece_call(original)
+    assert call(w, Tensor(0x10)) == "replayed"
+    assert calls[0].cudagraph == f"restored:{name}"  # vLLM's own call found the entry
+    assert rt.pieces is None  # every piece installed: nothing more per call
+
+
+def test_piecewise_modes_need_the_switch_and_refuse_what_cannot_be_restored(monkeypatch):
+    config = types.SimpleNamespace(compilation_config=types.SimpleNamespace(
+        cudagraph_mode=Mode.FULL_AND_PIECEWISE, use_inductor_graph_partition=False))
+    monkeypatch.delenv(piecewise.ENV)
+    problem = modes.cudagraph_mode_problem(Mode.FULL_AND_PIECEWISE)
+    assert "FULL_AND_PIECEWISE is not supported" in problem and piecewise.ENV in problem
+    monkeypatch.setenv(piecewise.ENV, "1")
+    assert modes.cudagraph_mode_problem(Mode.FULL_AND_PIECEWISE) is None
+    assert modes.cudagraph_mode_problem(Mode.FULL) is not None
+    assert modes.piecewise_problems(config, environ={}) == []
+    config.compilation_config.use_inductor_graph_partition = True
+    assert "use_inductor_graph_partition" in modes.piecewise_problems(config, environ={})[0]
+    config.compilation_config.use_inductor_graph_partition = False
+    assert "BREAKABLE" in modes.piecewise_problems(config, environ={"VLLM_USE_BREAKABLE_CUDAGRAPH": "1"})[0]
+
+
+def test_cpu_weight_offload_is_refused():
+    config = types.SimpleNamespace(
+        model_config=types.SimpleNamespace(enforce_eager=False),
+        compilation_config=types.SimpleNamespace(cudagraph_mode=Mode.FULL_AND_PIECEWISE),
+        offload_config=types.SimpleNamespace(uva=types.SimpleNamespace(cpu_offload_gb=4),
+                                             prefetch=types.SimpleNamespace(offload_group_size=0)))
+    problems = modes.unsupported_settings(config, use_v2_model_runner=True)
+    assert any("CPU weight offload" in p for p in problems)
+
+
+def test_load_checks_the_archives_pieces_against_the_sizes_vllm_wants():
+    desc = types.SimpleNamespace
+    manager = types.SimpleNamespace(_capture_descs={Mode.PIECEWISE: [desc(cg_mode=Mode.PIECEWISE, num_tokens=n)
+                                                                     for n in (8, 1)]})
+    piece = types.SimpleNamespace(name=piecewise.piece_name("backbone:0/1", BatchDescriptor(8)))
+    full = types.SimpleNamespace(name="cg_mode=FULL,num_tokens=8")
+    assert capture_patches._pieces_problem(manager, [piece, full], {"piecewise": {"sizes": [1, 8]}}) is None
+    assert "sizes" in capture_patches._pieces_problem(manager, [piece], {"piecewise": {"sizes": [8]}})
+    assert "pieces" in capture_patches._pieces_problem(manager, [full], {})
+    no_pieces_wanted = types.SimpleNamespace(_capture_descs={})
+    assert capture_patches._pieces_problem(no_pieces_wanted, [full], {}) is None
+    assert "vLLM captures none" in capture_patches._pieces_problem(no_pieces_wanted, [piece, full], {})
