@@ -73,13 +73,14 @@ def test_save_collects_every_captured_piece_with_its_inputs_and_sizes():
     for w, base in ((first, 0x1000), (last, 0x2000)):
         for n in (8, 1):
             w.concrete_cudagraph_entries[BatchDescriptor(n)] = Entry(BatchDescriptor(n), f"graph{base}-{n}",
-                                                                     (f"out{n}",), [base + n, 0x9000])
+                                                                     (Tensor(base + 0x100 + n),), [base + n, 0x9000])
     last.concrete_cudagraph_entries[BatchDescriptor(4)] = Entry(BatchDescriptor(4))  # never captured
     full.concrete_cudagraph_entries[BatchDescriptor(8)] = Entry(BatchDescriptor(8), "full-graph")
     graphs, state = piecewise.collect([last, full, first])
     assert sorted(graphs) == sorted(piecewise.piece_name(k, BatchDescriptor(n))
                                     for k in ("backbone:0/3", "backbone:2/3") for n in (1, 8))
-    assert graphs[piecewise.piece_name("backbone:2/3", BatchDescriptor(8))] == ("graph8192-8", ("out8",))
+    graph, outputs = graphs[piecewise.piece_name("backbone:2/3", BatchDescriptor(8))]
+    assert graph == "graph8192-8" and outputs[0].data_ptr() == 0x2108
     assert state["pieces"] == ["backbone:0/3", "backbone:2/3"]
     assert state["sizes"] == [1, 8]
     assert state["inputs"][piecewise.piece_name("backbone:0/3", BatchDescriptor(1))] == [0x1001, 0x9000]
@@ -99,67 +100,109 @@ def test_the_piecewise_sizes_vllm_wants():
     assert piecewise.wanted_sizes(types.SimpleNamespace(_capture_descs={Mode.FULL: [desc(cg_mode=Mode.FULL, num_tokens=4)]})) is None
 
 
-def _restored(names_inputs: dict[str, list[int]]) -> piecewise.Pieces:
+def _restored(names_inputs: dict[str, list[int]], pieces: int = 3) -> piecewise.Pieces:
     graphs = {n: f"restored:{n}" for n in names_inputs}
     outputs = {n: (f"out:{n}",) for n in names_inputs}
-    return piecewise.Pieces(graphs, outputs, {"inputs": names_inputs})
+    return piecewise.Pieces(graphs, outputs, {"inputs": names_inputs, "pieces": [f"k{i}" for i in range(pieces)]})
 
 
-def test_load_installs_a_restored_piece_at_its_first_call():
+def _context(n: int, mode: Mode = Mode.PIECEWISE) -> types.SimpleNamespace:
+    return types.SimpleNamespace(cudagraph_runtime_mode=mode, batch_descriptor=BatchDescriptor(n))
+
+
+def test_load_installs_a_restored_piece_at_its_first_call(caplog):
     w = wrapper(1)
     name = piecewise.piece_name("backbone:1/3", BatchDescriptor(8))
-    pieces = _restored({name: [0x100, 0x200]})
-    context = types.SimpleNamespace(cudagraph_runtime_mode=Mode.PIECEWISE, batch_descriptor=BatchDescriptor(8))
-    pieces.maybe_install(w, (Tensor(0x100), 3, Tensor(0x200)), Entry, context)
+    pieces = _restored({name: [0x100, 0x200]}, pieces=1)
+    with caplog.at_level(logging.INFO, logger="foundry.vllm"):
+        assert pieces.prepare(w, (Tensor(0x100), 3, Tensor(0x200)), Entry, _context(8)) == piecewise.READY
     entry = w.concrete_cudagraph_entries[BatchDescriptor(8)]
     assert (entry.cudagraph, entry.output, entry.input_addresses) == (f"restored:{name}", (f"out:{name}",), [0x100, 0x200])
-    assert pieces.installed == 1 and pieces.complete()
+    assert pieces.installed == 1
+    assert "restored pieces in use for num_tokens=8" in caplog.text
+    # Later calls find the entry and change nothing.
+    assert pieces.prepare(w, (Tensor(0x999),), Entry, _context(8)) == piecewise.READY
+    assert pieces.installed == 1
 
 
-def test_load_leaves_a_piece_to_vllm_when_its_inputs_moved(caplog):
+def test_load_runs_a_piece_eagerly_when_its_inputs_moved(caplog):
     w = wrapper(1)
     name = piecewise.piece_name("backbone:1/3", BatchDescriptor(8))
     pieces = _restored({name: [0x100]})
-    context = types.SimpleNamespace(cudagraph_runtime_mode=Mode.PIECEWISE, batch_descriptor=BatchDescriptor(8))
     with caplog.at_level(logging.WARNING, logger="foundry.vllm"):
-        pieces.maybe_install(w, (Tensor(0x180),), Entry, context)
+        assert pieces.prepare(w, (Tensor(0x180),), Entry, _context(8)) == piecewise.EAGER
+        assert pieces.prepare(w, (Tensor(0x100),), Entry, _context(8)) == piecewise.EAGER  # decided once
     assert BatchDescriptor(8) not in w.concrete_cudagraph_entries
-    assert "captured by vLLM, not restored" in caplog.text and name in caplog.text
-    assert pieces.installed == 0 and pieces.complete()
+    assert caplog.text.count("runs without a CUDA graph") == 1 and "not where they were at SAVE" in caplog.text
 
 
-def test_load_installs_nothing_outside_a_piecewise_call():
+def test_load_runs_a_piece_eagerly_when_the_archive_lacks_it(caplog):
+    w = wrapper(1)
+    pieces = _restored({piecewise.piece_name("backbone:1/3", BatchDescriptor(8)): [0x100]})
+    with caplog.at_level(logging.WARNING, logger="foundry.vllm"):
+        assert pieces.prepare(w, (Tensor(0x100),), Entry, _context(16)) == piecewise.EAGER
+    assert "holds no graph" in caplog.text and w.concrete_cudagraph_entries == {}
+
+
+def test_load_leaves_other_calls_to_vllm():
     w = wrapper(1)
     name = piecewise.piece_name("backbone:1/3", BatchDescriptor(8))
     pieces = _restored({name: [0x100]})
     args = (Tensor(0x100),)
-    pieces.maybe_install(w, args, Entry, None)  # no forward context
-    pieces.maybe_install(w, args, Entry, types.SimpleNamespace(cudagraph_runtime_mode=Mode.NONE,
-                                                               batch_descriptor=BatchDescriptor(8)))
-    pieces.maybe_install(wrapper(1, mode=Mode.FULL), args, Entry,
-                         types.SimpleNamespace(cudagraph_runtime_mode=Mode.PIECEWISE, batch_descriptor=BatchDescriptor(8)))
-    pieces.maybe_install(w, args, Entry, types.SimpleNamespace(cudagraph_runtime_mode=Mode.PIECEWISE,
-                                                               batch_descriptor=BatchDescriptor(16)))  # not archived
-    assert w.concrete_cudagraph_entries == {} and pieces.installed == 0 and not pieces.complete()
+    assert pieces.prepare(w, args, Entry, None) == piecewise.OTHER  # no forward context
+    assert pieces.prepare(w, args, Entry, _context(8, Mode.NONE)) == piecewise.OTHER  # warmup, profile, FULL capture
+    assert pieces.prepare(wrapper(1, mode=Mode.FULL), args, Entry, _context(8)) == piecewise.OTHER
+    assert w.concrete_cudagraph_entries == {} and pieces.installed == 0
 
 
-def test_the_call_seam_installs_then_gets_out_of_the_way(monkeypatch):
+def _seam(monkeypatch, rt, context):
+    monkeypatch.setattr(capture_patches.runtime, "current", lambda: rt)
+    monkeypatch.setattr(capture_patches, "_piece_seams", lambda: (Entry, lambda: context, lambda: True))
+
+
+def test_the_call_seam_lets_vllm_replay_an_installed_piece(monkeypatch):
     w = wrapper(0)
     name = piecewise.piece_name("backbone:0/3", BatchDescriptor(2))
     rt = types.SimpleNamespace(pieces=_restored({name: [0x10]}))
-    context = types.SimpleNamespace(cudagraph_runtime_mode=Mode.PIECEWISE, batch_descriptor=BatchDescriptor(2))
-    monkeypatch.setattr(capture_patches.runtime, "current", lambda: rt)
-    monkeypatch.setattr(capture_patches, "_piece_seams", lambda: (Entry, lambda: context, lambda: True))
-    calls = []
+    _seam(monkeypatch, rt, _context(2))
+    seen = []
 
     def original(self, *args, **kwargs):
-        calls.append(self.concrete_cudagraph_entries.get(BatchDescriptor(2)))
+        seen.append(self.concrete_cudagraph_entries.get(BatchDescriptor(2)))
         return "replayed"
 
-    call = capture_patches.wrap_piece_call(original)
-    assert call(w, Tensor(0x10)) == "replayed"
-    assert calls[0].cudagraph == f"restored:{name}"  # vLLM's own call found the entry
-    assert rt.pieces is None  # every piece installed: nothing more per call
+    assert capture_patches.wrap_piece_call(original)(w, Tensor(0x10)) == "replayed"
+    assert seen[0].cudagraph == f"restored:{name}"  # vLLM's own call found the entry
+
+
+def test_the_call_seam_runs_an_unrestorable_piece_without_vllms_capture(monkeypatch):
+    ran = []
+
+    class Backend:  # a PiecewiseBackend: named as before, and callable (the piece without a graph)
+        piecewise_compile_index, total_piecewise_compiles = 0, 3
+        vllm_backend = types.SimpleNamespace(prefix="backbone")
+
+        def __call__(self, *args, **kwargs):
+            ran.append(args)
+            return "eager output"
+
+    w = wrapper(0)
+    w.runnable = Backend()
+    rt = types.SimpleNamespace(pieces=_restored({piecewise.piece_name("backbone:0/3", BatchDescriptor(2)): [0x10]}))
+    _seam(monkeypatch, rt, _context(2))
+
+    def original(self, *args, **kwargs):
+        raise AssertionError("vLLM would capture this piece in a real batch")
+
+    assert capture_patches.wrap_piece_call(original)(w, Tensor(0x20)) == "eager output"
+    assert len(ran) == 1
+
+
+def test_save_refuses_a_piece_whose_outputs_are_not_tensors():
+    w = wrapper(0)
+    w.concrete_cudagraph_entries[BatchDescriptor(8)] = Entry(BatchDescriptor(8), "g", (Tensor(1), 7), [1])
+    with pytest.raises(UnsupportedError, match=r"piece pw:backbone:0/3:num_tokens=8.* returns int"):
+        piecewise.collect([w])
 
 
 def test_piecewise_modes_need_the_switch_and_refuse_what_cannot_be_restored(monkeypatch):

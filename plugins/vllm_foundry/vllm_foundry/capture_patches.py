@@ -43,7 +43,7 @@ from foundry_core.engine.capture import (
     swapped,
     tensor_addresses,
 )
-from foundry_core.errors import MismatchError
+from foundry_core.errors import MismatchError, UnsupportedError
 
 from vllm_foundry import modes, patching, piecewise, ranks, runtime, seams
 from vllm_foundry.runtime import Phase
@@ -132,9 +132,13 @@ def _capture_and_save(rt: runtime.WorkerRuntime, manager: Any, original: Callabl
         "outputs": {"hidden_states": 1, "aux_hidden_states": len(outputs) - 1},
     })
     if piecewise.enabled():
-        pieces, state = piecewise.collect(_wrapper_instances())
-        graphs.update(pieces)
-        rt.adapter.state[piecewise.STATE_KEY] = state
+        try:
+            pieces, state = piecewise.collect(_wrapper_instances())
+        except UnsupportedError as exc:  # the FULL graphs are still saved; LOAD then falls back to capturing
+            logger.error("foundry: the piecewise graphs are not saved: %s", exc)
+        else:
+            graphs.update(pieces)
+            rt.adapter.state[piecewise.STATE_KEY] = state
     if runtime.env_flag(runtime.CHECK_METADATA_ENV) and observed:
         rt.adapter.state["attention_addresses"] = observed
     start = time.perf_counter()
@@ -289,9 +293,8 @@ def wrap_piece_call(original: Callable[..., Any]) -> Callable[..., Any]:
         rt = runtime.current()
         if rt is not None and rt.pieces is not None:
             entry_type, context, available = _piece_seams()
-            rt.pieces.maybe_install(self, args, entry_type, context() if available() else None)
-            if rt.pieces.complete():
-                rt.pieces = None  # every piece installed: back to vLLM's own call, nothing added
+            if rt.pieces.prepare(self, args, entry_type, context() if available() else None) == piecewise.EAGER:
+                return self.runnable(*args, **kwargs)
         return original(self, *args, **kwargs)
 
     return __call__

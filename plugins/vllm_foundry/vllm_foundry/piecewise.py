@@ -11,8 +11,11 @@ vLLM's V2 runner captures one graph per compiled piece (a ``CUDAGraphWrapper`` a
 - **LOAD** (:class:`Pieces`): the loop runs neutralised, so no piece is captured; the wrappers are
   only made at the compiled model's first call, after the capture phase. The first time a wrapper
   is called for a descriptor it has no entry for, the restored graph becomes vLLM's own
-  ``CUDAGraphEntry``, after checking that the call's tensor arguments sit where they sat at SAVE;
-  otherwise vLLM captures that piece itself (it may, in the V2 runner) and a warning says so.
+  ``CUDAGraphEntry``, after checking that the call's tensor arguments sit where they sat at SAVE.
+  A piece that cannot be restored (arguments moved, or not in the archive) runs **eagerly**, with a
+  warning: vLLM would capture it in the middle of a real batch, and a capture records the kernels
+  without running them, so that batch's outputs (and the KV cache written from them) would be
+  garbage.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ ENV = "FOUNDRY_VLLM_PIECEWISE"
 PREFIX = "pw:"
 STATE_KEY = "piecewise"
 
-__all__ = ["ENV", "PREFIX", "Pieces", "collect", "enabled", "is_piece", "piece_name", "wanted_sizes", "wrapper_key"]
+__all__ = ["EAGER", "ENV", "OTHER", "PREFIX", "Pieces", "READY", "collect", "enabled", "is_piece", "piece_name",
+           "wanted_sizes", "wrapper_key"]
 
 
 def enabled() -> bool:
@@ -70,8 +74,20 @@ def _piecewise_wrappers(wrappers: Iterable[Any]) -> list[tuple[str, Any]]:
     return sorted(found, key=lambda kw: kw[0])
 
 
+def _tensor_like(x: Any) -> bool:
+    return hasattr(x, "data_ptr") and hasattr(x, "is_cuda")
+
+
+def _check_outputs(name: str, output: Any) -> None:
+    items = output if isinstance(output, (list, tuple)) else [output]
+    if not all(_tensor_like(x) for x in items):
+        kinds = sorted({type(x).__name__ for x in items if not _tensor_like(x)})
+        raise UnsupportedError(f"piece {name} returns {', '.join(kinds)} besides tensors; its graph cannot be saved")
+
+
 def collect(wrappers: Iterable[Any]) -> tuple[dict[str, tuple[Any, Any]], dict[str, Any]]:
-    """SAVE: ({name: (graph, outputs)} of every captured piece, the engine state that LOAD checks)."""
+    """SAVE: ({name: (graph, outputs)} of every captured piece, the engine state that LOAD checks).
+    Raises UnsupportedError naming a piece that cannot be saved."""
     graphs: dict[str, tuple[Any, Any]] = {}
     inputs: dict[str, list[int]] = {}
     sizes: set[int] = set()
@@ -82,6 +98,7 @@ def collect(wrappers: Iterable[Any]) -> tuple[dict[str, tuple[Any, Any]], dict[s
             if getattr(entry, "cudagraph", None) is None:
                 continue
             name = piece_name(key, descriptor)
+            _check_outputs(name, entry.output)
             graphs[name] = (entry.cudagraph, entry.output)
             inputs[name] = [int(a) for a in (getattr(entry, "input_addresses", None) or [])]
             sizes.add(int(getattr(descriptor, "num_tokens", -1)))
@@ -101,7 +118,13 @@ def wanted_sizes(manager: Any) -> list[int] | None:
 def _tensor_addresses(args: tuple) -> list[int]:
     """The addresses vLLM records for a piece: every tensor argument's (duck-typed, as torch need
     not be imported to ask)."""
-    return [a.data_ptr() for a in args if hasattr(a, "data_ptr") and hasattr(a, "is_cuda")]
+    return [a.data_ptr() for a in args if _tensor_like(a)]
+
+
+# What Pieces.prepare tells the call seam.
+READY = "ready"    # the wrapper has its entry (restored now or before): vLLM replays it
+EAGER = "eager"    # no restored piece can serve this call: run the piece without a graph
+OTHER = "other"    # not a piecewise call: vLLM's own path
 
 
 class Pieces:
@@ -111,40 +134,49 @@ class Pieces:
         self._graphs = dict(graphs)
         self._outputs = dict(outputs)
         self._inputs = {k: list(v) for k, v in (state.get("inputs") or {}).items()}
-        self._refused: set[str] = set()
+        self._per_descriptor = max(len(state.get("pieces") or []), 1)
+        self._eager: set[str] = set()
+        self._done: dict[str, int] = {}  # descriptor name -> pieces installed for it
         self.installed = 0
 
     def __len__(self) -> int:
         return len(self._graphs)
 
-    def complete(self) -> bool:
-        """Every restored piece is installed or refused: nothing is left to do per call."""
-        return self.installed + len(self._refused) >= len(self._graphs)
-
-    def maybe_install(self, wrapper: Any, args: tuple, entry_type: type, context: Any) -> None:
-        """Called before each ``CUDAGraphWrapper.__call__``: gives the wrapper its restored entry for
-        the current descriptor if it has none yet."""
-        if context is None or modes.mode_name(getattr(context, "cudagraph_runtime_mode", None)) != "PIECEWISE":
-            return
-        if modes.mode_name(getattr(wrapper, "runtime_mode", None)) != "PIECEWISE":
-            return
+    def prepare(self, wrapper: Any, args: tuple, entry_type: type, context: Any) -> str:
+        """Called before each ``CUDAGraphWrapper.__call__``: READY when the wrapper has (now) an
+        entry for the call's descriptor, EAGER when this piece must run without a graph, OTHER when
+        the call is not a piecewise replay."""
+        if context is None:
+            return OTHER
         descriptor = getattr(context, "batch_descriptor", None)
         entries = getattr(wrapper, "concrete_cudagraph_entries", None)
-        if descriptor is None or entries is None or descriptor in entries:
-            return
+        if descriptor is None or entries is None:
+            return OTHER
+        if descriptor in entries:
+            return READY  # the common case, first: nothing else to look at
+        if (modes.mode_name(getattr(context, "cudagraph_runtime_mode", None)) != "PIECEWISE"
+                or modes.mode_name(getattr(wrapper, "runtime_mode", None)) != "PIECEWISE"):
+            return OTHER
         key = wrapper_key(wrapper)
-        name = piece_name(key, descriptor) if key else None
-        if name is None or name in self._refused or name not in self._graphs:
-            return
+        name = piece_name(key, descriptor) if key else f"{PREFIX}?:{graph_name(descriptor)}"
+        if name in self._eager:
+            return EAGER
         saved = self._inputs.get(name)
-        now = _tensor_addresses(args)
-        if saved is None or now != saved:
-            self._refused.add(name)
-            logger.warning("foundry: piece %s is captured by vLLM, not restored: its tensor arguments are not where "
-                           "they were at SAVE", name)
-            return
+        if name not in self._graphs or saved is None:
+            return self._run_eagerly(name, "the archive holds no graph for it")
+        if _tensor_addresses(args) != saved:
+            return self._run_eagerly(name, "its tensor arguments are not where they were at SAVE")
         entries[descriptor] = entry_type(batch_descriptor=descriptor, cudagraph=self._graphs[name],
                                          output=self._outputs[name], input_addresses=saved)
         self.installed += 1
-        if self.installed == len(self._graphs):
-            logger.info("foundry: all %d restored pieces are installed", self.installed)
+        label = graph_name(descriptor)
+        self._done[label] = self._done.get(label, 0) + 1
+        if self._done[label] == self._per_descriptor:
+            logger.info("foundry: restored pieces in use for %s (%d pieces)", label, self._per_descriptor)
+        return READY
+
+    def _run_eagerly(self, name: str, why: str) -> str:
+        self._eager.add(name)
+        logger.warning("foundry: piece %s runs without a CUDA graph: %s (capturing it now, in a real batch, "
+                       "would not run it)", name, why)
+        return EAGER
