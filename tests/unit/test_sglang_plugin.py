@@ -9,6 +9,7 @@ and stand-ins for save_graphs / load_graphs that keep the saved graphs' output t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import logging
@@ -358,11 +359,22 @@ FAKE_SOURCES = {
                 return BreakableCudaGraphBackend(cuda_graph_runner)
             return FullCudaGraphBackend(cuda_graph_runner)
     """,
+    "sglang.srt.model_executor.runner.base_cuda_graph_runner": """
+        import contextlib
+
+        from sglang import LOG
+
+        @contextlib.contextmanager
+        def freeze_gc(enable_cudagraph_gc):
+            LOG.append("gc.collect")
+            yield
+    """,
     "sglang.srt.model_executor.runner.decode_cuda_graph_runner": """
         import types
 
         from sglang import LOG, FakeTensor, KNOBS
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+        from sglang.srt.model_executor.runner.base_cuda_graph_runner import freeze_gc
         from sglang.srt.model_executor.runner.base_runner import BaseRunner
         from sglang.srt.model_executor.runner.shape_key import ShapeKey
         from sglang.srt.model_executor.runner_backend.utils import resolve_decode_backend
@@ -387,8 +399,9 @@ FAKE_SOURCES = {
 
             def capture(self):
                 self.warmup()
-                for bs in reversed(self.capture_bs):
-                    self.capture_one_shape(bs, self.model_runner.model.forward)
+                with freeze_gc(False):
+                    for bs in reversed(self.capture_bs):
+                        self.capture_one_shape(bs, self.model_runner.model.forward)
 
             def capture_prepare(self, bs):
                 LOG.append(("prepare", bs))
@@ -1112,6 +1125,7 @@ def test_load_flow_restores_instead_of_capturing(scheduler, caplog):
     assert run.rt.mode is Mode.LOAD and run.rt.restored == 4
     steps = run.steps()
     assert "profile" not in steps and "kernel_warmup" not in steps
+    assert "gc.collect" not in steps and "gc.collect" in save.steps()  # the loop's collections: SAVE only
     assert run.events("forward") == [] and run.events("capture") == []  # no forward, no capture
     assert "blas_handle" not in steps  # the restore maps the workspace block SAVE's graphs read
     assert [e[1] for e in run.events("prepare")] == [8, 4, 2, 1]  # the per-shape preparation still ran
@@ -1226,3 +1240,28 @@ def test_foundry_off_leaves_sglang_alone(scheduler, monkeypatch):
     assert run.rt is None and run.region.calls == [] and run.dev == []
     assert "profile" in run.steps() and "kernel_warmup" in run.steps() and len(run.events("forward")) == 12
     assert run.events("capture") == [("capture", "FakeCUDAGraph")] * 4
+
+
+def test_load_loop_skips_sglangs_garbage_collections(monkeypatch):
+    # SGLang's decode runner module imports freeze_gc by name; LOAD's loop swaps it for a no-op there.
+    collected = []
+
+    @contextlib.contextmanager
+    def freeze_gc(enable_cudagraph_gc):
+        collected.append("collect")
+        yield
+
+    name = capture_patches.seams.seam("cg.freeze_gc").module
+    module = types.ModuleType(name)
+    module.freeze_gc = freeze_gc
+    monkeypatch.setitem(sys.modules, name, module)
+    with capture_patches.loop_without_gc():
+        with module.freeze_gc(False):
+            pass
+    assert collected == []
+    with module.freeze_gc(False):  # put back after the loop
+        pass
+    assert collected == ["collect"]
+    monkeypatch.delitem(sys.modules, name)
+    with capture_patches.loop_without_gc():  # no decode runner module: nothing to skip
+        pass

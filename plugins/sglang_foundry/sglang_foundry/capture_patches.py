@@ -17,7 +17,7 @@ and the forward's result in ``_graphs[key]`` / ``_outputs[key]`` (``replay`` rea
 - **LOAD** restores the archive first, then runs SGLang's same loop with the forwards replaced by
   no-ops (the warmups by the same cache flushes SAVE's pauses made) and ``torch.cuda.graph`` /
   ``torch.cuda.CUDAGraph`` neutralised: the per-shape preparation still runs, in SGLang's order, as
-  at SAVE. Each placeholder in ``_graphs`` is then replaced by the restored graph of the same key
+  at SAVE; the loop's two full garbage collections (``freeze_gc``) do not. Each placeholder in ``_graphs`` is then replaced by the restored graph of the same key
   (``.replay()``, and ``.reset()`` for 0.5.23's ``cleanup``), and ``_outputs[key]`` by the output
   rebuilt around the restored tensors; the backend keeps the archive alive.
 
@@ -37,6 +37,7 @@ import contextlib
 import dataclasses
 import importlib
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
@@ -54,7 +55,7 @@ _FALLBACK = object()
 
 __all__ = ["MAX_DEPTH", "CaptureLoop", "PendingGraph", "RestoredDecodeGraph", "WRAPPERS", "address_mismatch",
            "check_backend", "create_blas_workspace", "driven", "expected_names", "graph_name", "install",
-           "keep_graphs", "neutralised", "no_capture", "swapped", "tensor_addresses", "tracking", "wrap_capture_one",
+           "keep_graphs", "loop_without_gc", "neutralised", "no_capture", "swapped", "tensor_addresses", "tracking", "wrap_capture_one",
            "wrap_decode_capture", "wrap_init_cuda_graphs"]
 
 
@@ -273,6 +274,23 @@ def _install_problem(loop: CaptureLoop, keys: list[Any], recorded: Mapping[str, 
     return None
 
 
+def _no_gc(enable_cudagraph_gc: bool) -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def loop_without_gc() -> Iterator[None]:
+    """LOAD: SGLang's capture loop starts and ends with a full garbage collection (``freeze_gc``),
+    which helps a real capture and costs a large heap's walk twice; with no forward and no
+    capture in the loop it is skipped. A no-op where the decode runner has no ``freeze_gc``."""
+    module = sys.modules.get(seams.seam("cg.freeze_gc").module)
+    if module is None or not callable(getattr(module, "freeze_gc", None)):
+        yield
+        return
+    with swapped(module, freeze_gc=_no_gc):
+        yield
+
+
 def _restore(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., Any], args: tuple,
              kwargs: dict) -> Any:
     recorded = rt.recorded_adapter_state()
@@ -290,7 +308,7 @@ def _restore(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., 
     loop = CaptureLoop(runner)
     rt.loop = loop
     start = time.perf_counter()
-    with neutralised(loop, rt.device.empty_cache):
+    with neutralised(loop, rt.device.empty_cache), loop_without_gc():
         result = original(runner, *args, **kwargs)
     loop_s = time.perf_counter() - start
     start = time.perf_counter()

@@ -114,6 +114,9 @@ SEAMS: tuple[Seam, ...] = (
     Seam("cg.capture", _DCGR, "DecodeCudaGraphRunner.capture", "method", params=("self",),
          purpose="SAVE: SGLang's own loop with graphs that keep their CUgraph, then save; LOAD: the same loop with "
                  "forwards and captures neutralised, restored graphs installed"),
+    Seam("cg.freeze_gc", _DCGR, "freeze_gc", "function", params=("enable_cudagraph_gc",),
+         defined_in="sglang.srt.model_executor.runner.base_cuda_graph_runner", required=False,
+         purpose="LOAD: the capture loop's two full garbage collections are skipped (no forward runs)"),
     Seam("cg.capture_one_shape", _DCGR, "DecodeCudaGraphRunner.capture_one_shape", "method",
          params=("self", "size", "forward"),
          calls=("self.capture_prepare", "attn_backend.init_forward_metadata_out_graph", "self.backend.capture_one"),
