@@ -5,7 +5,6 @@ are stood in for by small fakes with the attributes vLLM 0.25 has (see seams.py)
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
 import types
 
@@ -15,11 +14,9 @@ from foundry_core.errors import UnsupportedError
 from vllm_foundry import capture_patches, modes, piecewise
 
 
-class Mode(enum.Enum):
-    NONE = 0
-    PIECEWISE = 1
-    FULL = 2
-    FULL_AND_PIECEWISE = (2, 1)
+# vLLM's CUDAGraphMode members, as the plugin reads them: by name.
+Mode = types.SimpleNamespace(**{n: types.SimpleNamespace(name=n)
+                                for n in ("NONE", "PIECEWISE", "FULL", "FULL_AND_PIECEWISE")})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +46,7 @@ class Tensor:
         return self.ptr
 
 
-def wrapper(index: int, total: int = 3, prefix: str = "backbone", mode: Mode = Mode.PIECEWISE) -> types.SimpleNamespace:
+def wrapper(index: int, total: int = 3, prefix: str = "backbone", mode=Mode.PIECEWISE) -> types.SimpleNamespace:
     backend = types.SimpleNamespace(piecewise_compile_index=index, total_piecewise_compiles=total,
                                     vllm_backend=types.SimpleNamespace(prefix=prefix))
     return types.SimpleNamespace(runnable=backend, runtime_mode=mode, concrete_cudagraph_entries={})
@@ -94,10 +91,10 @@ def test_two_pieces_with_one_name_are_refused():
 def test_the_piecewise_sizes_vllm_wants():
     desc = types.SimpleNamespace
     manager = types.SimpleNamespace(_capture_descs={
-        Mode.PIECEWISE: [desc(cg_mode=Mode.PIECEWISE, num_tokens=n) for n in (16, 8)],
-        Mode.FULL: [desc(cg_mode=Mode.FULL, num_tokens=4)]})
+        "PIECEWISE": [desc(cg_mode=Mode.PIECEWISE, num_tokens=n) for n in (16, 8)],
+        "FULL": [desc(cg_mode=Mode.FULL, num_tokens=4)]})
     assert piecewise.wanted_sizes(manager) == [8, 16]
-    assert piecewise.wanted_sizes(types.SimpleNamespace(_capture_descs={Mode.FULL: [desc(cg_mode=Mode.FULL, num_tokens=4)]})) is None
+    assert piecewise.wanted_sizes(types.SimpleNamespace(_capture_descs={"FULL": [desc(cg_mode=Mode.FULL, num_tokens=4)]})) is None
 
 
 def _restored(names_inputs: dict[str, list[int]], pieces: int = 3) -> piecewise.Pieces:
@@ -106,7 +103,7 @@ def _restored(names_inputs: dict[str, list[int]], pieces: int = 3) -> piecewise.
     return piecewise.Pieces(graphs, outputs, {"inputs": names_inputs, "pieces": [f"k{i}" for i in range(pieces)]})
 
 
-def _context(n: int, mode: Mode = Mode.PIECEWISE) -> types.SimpleNamespace:
+def _context(n: int, mode=Mode.PIECEWISE) -> types.SimpleNamespace:
     return types.SimpleNamespace(cudagraph_runtime_mode=mode, batch_descriptor=BatchDescriptor(n))
 
 
@@ -233,7 +230,7 @@ def test_cpu_weight_offload_is_refused():
 
 def test_load_checks_the_archives_pieces_against_the_sizes_vllm_wants():
     desc = types.SimpleNamespace
-    manager = types.SimpleNamespace(_capture_descs={Mode.PIECEWISE: [desc(cg_mode=Mode.PIECEWISE, num_tokens=n)
+    manager = types.SimpleNamespace(_capture_descs={"PIECEWISE": [desc(cg_mode=Mode.PIECEWISE, num_tokens=n)
                                                                      for n in (8, 1)]})
     piece = types.SimpleNamespace(name=piecewise.piece_name("backbone:0/1", BatchDescriptor(8)))
     full = types.SimpleNamespace(name="cg_mode=FULL,num_tokens=8")
