@@ -8,7 +8,6 @@
 #include "common/log.h"
 #include "driver/driver.h"
 #include "graph/builder.h"
-#include "modules/registry.h"
 #include "region/region.h"
 #include "region/va_space.h"
 
@@ -24,7 +23,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // cluster settings (part of the topology) and carveout (the first graph's).
 std::map<std::pair<uint64_t, std::string>, KernelNode> function_requirements(const Payload& p) {
   std::map<std::pair<uint64_t, std::string>, KernelNode> out;
-  auto visit = [&out](const Node& n) {
+  for_each_node(p, [&out](const Node& n) {
     if (n.kind != NodeKind::kKernel) return;
     auto [it, fresh] = out.try_emplace({n.kernel.image_hash, n.kernel.name});
     KernelNode& k = it->second;
@@ -35,13 +34,7 @@ std::map<std::pair<uint64_t, std::string>, KernelNode> function_requirements(con
     }
     k.func.max_dynamic_shared = std::max({k.func.max_dynamic_shared, n.kernel.func.max_dynamic_shared,
                                           static_cast<int32_t>(n.kernel.shared_mem)});
-  };
-  std::function<void(const GraphModel&)> walk = [&](const GraphModel& g) {
-    for (const Node& n : g.nodes) visit(n);
-    for (const GraphModel& c : g.children) walk(c);
-  };
-  for (const GraphModel& t : p.templates) walk(t);
-  for (const PayloadMember& m : p.members) for (const NodeDelta& d : m.delta) visit(d.value);
+  });
   return out;
 }
 
@@ -87,6 +80,8 @@ Status GraphSet::prepare() {
   times_.claim_s = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();
+  // Every kernel resolves here, once (function attributes), and read_payload checked every node
+  // and event index: writing a member's delta later can only fail in the driver.
   for (uint32_t i = 0; i < payload_.event_count; ++i) {
     CUevent e;
     FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
@@ -104,15 +99,9 @@ Status GraphSet::prepare() {
 
 Status GraphSet::prepare_collectives() {
   std::vector<const CollectiveNode*> found;
-  std::function<void(const GraphModel&)> walk = [&](const GraphModel& g) {
-    for (const Node& n : g.nodes)
-      if (n.kind == NodeKind::kCollective) found.push_back(&n.collective);
-    for (const GraphModel& c : g.children) walk(c);
-  };
-  for (const GraphModel& t : payload_.templates) walk(t);
-  for (const PayloadMember& m : payload_.members)
-    for (const NodeDelta& d : m.delta)
-      if (d.value.kind == NodeKind::kCollective) found.push_back(&d.value.collective);
+  for_each_node(payload_, [&found](const Node& n) {
+    if (n.kind == NodeKind::kCollective) found.push_back(&n.collective);
+  });
   if (found.empty()) return Status::Ok();
   // Every launch is made now, on this thread, in the archive's order: NCCL calls on one
   // communicator must not race, and instantiation threads then only look the results up.
@@ -190,10 +179,10 @@ Status GraphSet::set_node(const Node& n, CUgraphNode node, size_t index, size_t 
       break;
     }
     case NodeKind::kEventRecord:
-      r = d->cuGraphEventRecordNodeSetEvent(node, events_.at(n.event));
+      r = d->cuGraphEventRecordNodeSetEvent(node, events_[n.event]);  // checked by read_payload
       break;
     case NodeKind::kEventWait:
-      r = d->cuGraphEventWaitNodeSetEvent(node, events_.at(n.event));
+      r = d->cuGraphEventWaitNodeSetEvent(node, events_[n.event]);
       break;
     case NodeKind::kEmpty:
     case NodeKind::kChildGraph:
@@ -204,15 +193,6 @@ Status GraphSet::set_node(const Node& n, CUgraphNode node, size_t index, size_t 
   return cuda_error(r, ("writing node " + std::to_string(index) + " of graph " + std::to_string(member) + " (" +
                         payload_.members[member].name + ") into its template")
                            .c_str());
-}
-
-// What set_node could refuse without touching the driver, checked before any node is written, so
-// that a bad value leaves the template holding the previous member intact.
-static Status check_writable(const Node& n, size_t events) {
-  if (n.kind == NodeKind::kKernel) return Registry::instance().resolve(n.kernel.image_hash, n.kernel.name).status();
-  if ((n.kind == NodeKind::kEventRecord || n.kind == NodeKind::kEventWait) && n.event >= events)
-    return Error(FOUNDRY_ERR_FORMAT, "event index " + std::to_string(n.event) + " out of range");
-  return Status::Ok();
 }
 
 Status GraphSet::reset_to_template(size_t i, Working* w) {
@@ -230,10 +210,7 @@ Status GraphSet::switch_to(size_t i, Working* w) {
   // A switch that failed part-way left values of two members: start again from the template's.
   if (w->holds == Working::kUnknown) FOUNDRY_RETURN_IF_ERROR(reset_to_template(i, w));
   std::vector<uint8_t> mine(w->nodes.size(), 0);
-  for (const NodeDelta& d : m.delta) {
-    mine.at(d.node) = 1;
-    FOUNDRY_RETURN_IF_ERROR(check_writable(d.value, events_.size()));
-  }
+  for (const NodeDelta& d : m.delta) mine[d.node] = 1;  // node indices were checked when the payload was read
   int64_t held = w->holds;
   w->holds = Working::kUnknown;  // until every write below succeeded
   if (held >= 0) {

@@ -152,7 +152,27 @@ Result<Payload> parse_payload(const Container& c, const std::string& path) {
   FOUNDRY_RETURN_IF_ERROR(for_each_section(members.size(), [&](size_t i) {
     return parse_member(c.data(*members[i]), p.templates, path, i, &p.members[i]);
   }));
+  // Event nodes name the payload's events by index; one past the count would be read out of bounds.
+  uint32_t bad_event = 0;
+  bool event_out_of_range = false;
+  for_each_node(p, [&](const Node& n) {
+    bool event = n.kind == NodeKind::kEventRecord || n.kind == NodeKind::kEventWait;
+    if (event && n.event >= p.event_count && !event_out_of_range) bad_event = n.event, event_out_of_range = true;
+  });
+  if (event_out_of_range)
+    return Error(FOUNDRY_ERR_FORMAT, path + ": an event node names event " + std::to_string(bad_event) +
+                                         ", but the payload has " + std::to_string(p.event_count) + " events");
   return p;
+}
+
+void for_each_node(const Payload& p, const std::function<void(const Node&)>& visit) {
+  std::function<void(const GraphModel&)> walk = [&](const GraphModel& g) {
+    for (const Node& n : g.nodes) visit(n);
+    for (const GraphModel& c : g.children) walk(c);
+  };
+  for (const GraphModel& t : p.templates) walk(t);
+  for (const PayloadMember& m : p.members)
+    for (const NodeDelta& d : m.delta) visit(d.value);
 }
 
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct Payload {
   std::vector<GraphModel> templates;
   std::vector<PayloadMember> members;
 };
+
+// Every node a payload holds: templates (child graphs included), then members' deltas.
+void for_each_node(const Payload& p, const std::function<void(const Node&)>& visit);
 
 Status write_payload(const std::string& path, const Payload& p);
 Result<Payload> read_payload(const std::string& path);

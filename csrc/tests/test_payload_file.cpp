@@ -101,3 +101,23 @@ TEST_CASE("the first bad template in file order is the one reported") {
 }
 
 TEST_MAIN()
+
+TEST_CASE("an event node past the payload's events is refused when read") {
+  Payload p;
+  p.templates.push_back(small_graph(1));
+  Node wait;
+  wait.kind = NodeKind::kEventWait;
+  wait.event = 0;
+  p.templates[0].nodes.push_back(wait);
+  p.members.push_back(PayloadMember{"g", 0, {}, {}});
+  std::string path = "/tmp/foundry-test-events-" + std::to_string(::getpid()) + ".fgr";
+  p.event_count = 1;
+  CHECK(write_payload(path, p).ok());
+  CHECK(read_payload(path).ok());
+  p.event_count = 0;  // the node now names an event the payload does not have
+  CHECK(write_payload(path, p).ok());
+  auto back = read_payload(path);
+  std::remove(path.c_str());
+  CHECK(!back.ok() && back.status().code() == FOUNDRY_ERR_FORMAT &&
+        back.status().message().find("names event 0, but the payload has 0 events") != std::string::npos);
+}

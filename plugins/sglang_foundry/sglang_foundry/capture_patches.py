@@ -17,9 +17,10 @@ and the forward's result in ``_graphs[key]`` / ``_outputs[key]`` (``replay`` rea
 - **LOAD** restores the archive first, then runs SGLang's same loop with the forwards replaced by
   no-ops (the warmups by the same cache flushes SAVE's pauses made) and ``torch.cuda.graph`` /
   ``torch.cuda.CUDAGraph`` neutralised: the per-shape preparation still runs, in SGLang's order, as
-  at SAVE; the loop's two full garbage collections (``freeze_gc``) do not. Each placeholder in ``_graphs`` is then replaced by the restored graph of the same key
-  (``.replay()``, and ``.reset()`` for 0.5.23's ``cleanup``), and ``_outputs[key]`` by the output
-  rebuilt around the restored tensors; the backend keeps the archive alive.
+  at SAVE; the loop's two full garbage collections (``freeze_gc``) do not. Each placeholder in
+  ``_graphs`` is then replaced by the restored graph of the same key (``.replay()``, and
+  ``.reset()`` for 0.5.23's ``cleanup``), and ``_outputs[key]`` by the output rebuilt around the
+  restored tensors; the backend keeps the archive alive.
 
 Checks before a restored graph is used: the archive holds exactly the keys SGLang captures (sizes
 compared before the loop), every CUDA tensor of each shape's attention metadata is where it was at
@@ -55,8 +56,8 @@ _FALLBACK = object()
 
 __all__ = ["MAX_DEPTH", "CaptureLoop", "PendingGraph", "RestoredDecodeGraph", "WRAPPERS", "address_mismatch",
            "check_backend", "create_blas_workspace", "driven", "expected_names", "graph_name", "install",
-           "keep_graphs", "loop_without_gc", "neutralised", "no_capture", "swapped", "tensor_addresses", "tracking", "wrap_capture_one",
-           "wrap_decode_capture", "wrap_init_cuda_graphs"]
+           "keep_graphs", "loop_without_gc", "neutralised", "no_capture", "swapped", "tensor_addresses", "tracking",
+           "wrap_capture_one", "wrap_decode_capture", "wrap_init_cuda_graphs"]
 
 
 # ---- naming (pure; unit-tested) --------------------------------------------------------------------

@@ -52,8 +52,8 @@ logger = logging.getLogger("foundry.vllm")
 
 _FALLBACK = object()
 
-__all__ = ["MAX_DEPTH", "NoCapture", "PendingGraph", "PIECE_WRAPPERS", "WRAPPERS", "address_mismatch", "expected_names", "graph_name",
-           "inference_mode", "install", "keep_graphs", "neutralised", "observing", "output_tensors", "swapped",
+__all__ = ["MAX_DEPTH", "NoCapture", "PendingGraph", "PIECE_WRAPPERS", "WRAPPERS", "address_mismatch",
+           "expected_names", "graph_name", "inference_mode", "install", "keep_graphs", "neutralised", "observing", "output_tensors", "swapped",
            "tensor_addresses", "wrap_capture", "wrap_capture_model"]
 
 
@@ -134,8 +134,9 @@ def _capture_and_save(rt: runtime.WorkerRuntime, manager: Any, original: Callabl
     if piecewise.enabled():
         try:
             pieces, state = piecewise.collect(_wrapper_instances())
-        except UnsupportedError as exc:  # the FULL graphs are still saved; LOAD then falls back to capturing
-            logger.error("foundry: the piecewise graphs are not saved: %s", exc)
+        except UnsupportedError as exc:
+            logger.error("foundry: the piecewise graphs are not saved: %s. The archive holds the FULL graphs only; "
+                         "a LOAD of it captures as usual (with FOUNDRY_MODE=auto it saves again)", exc)
         else:
             graphs.update(pieces)
             rt.adapter.state[piecewise.STATE_KEY] = state
@@ -203,9 +204,10 @@ def _pieces_problem(manager: Any, archive: Any, recorded: Any) -> str | None:
     if wanted is None:
         return None if not pieces else "the archive holds piecewise graphs, vLLM captures none in this mode"
     if not piecewise.enabled():
-        return f"vLLM wants piecewise graphs and {piecewise.ENV} is not set"
+        return f"vLLM wants piecewise graphs; set {piecewise.ENV}=1 to restore them"
     if wanted != have or not pieces:
-        return f"vLLM wants piecewise graphs for {len(wanted)} sizes, the archive holds {pieces} pieces for sizes {have[:4]}..."
+        return (f"vLLM wants piecewise graphs for {len(wanted)} sizes, the archive holds {pieces} pieces for sizes "
+                f"{have[:4]}...")
     return None
 
 
@@ -248,8 +250,8 @@ def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., An
             manager.aux_hidden_states = list(outputs[1:])
     manager._foundry_archive = archive  # vLLM keeps only self.graphs; keep the outputs' owner too
     logger.info("foundry: restored %d graphs in %.2f s (instantiate=%s; images %.2f s, build %.2f s, "
-                "deltas %.2f s, instantiate %.2f s) instead of capturing", len(placeholders) + len(pieces), loaded, instantiate,
-                archive.times.images_s, archive.times.build_s, archive.times.update_s, archive.times.instantiate_s)
+                "deltas %.2f s, instantiate %.2f s) instead of capturing", len(placeholders) + len(pieces), loaded,
+                instantiate, archive.times.images_s, archive.times.build_s, archive.times.update_s, archive.times.instantiate_s)
     return result
 
 

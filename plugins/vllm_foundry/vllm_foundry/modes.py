@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from foundry_core.engine.options import env_flag
 from foundry_core.errors import UnsupportedError
 
 SUPPORTED_CUDAGRAPH_MODES = ("FULL_DECODE_ONLY",)
@@ -64,13 +65,10 @@ def cudagraph_mode_problem(mode: Any) -> str | None:
 def piecewise_problems(vllm_config: Any, environ: Any = None) -> list[str]:
     """What the piecewise path cannot restore: pieces made by Inductor's graph partition or by
     vLLM's breakable CUDA graphs (other wrapper classes)."""
-    import os
-
-    env = os.environ if environ is None else environ
     problems = []
     if config_value(vllm_config, "compilation_config", "use_inductor_graph_partition", default=False):
         problems.append("use_inductor_graph_partition=True is not supported with piecewise graphs")
-    if str(env.get("VLLM_USE_BREAKABLE_CUDAGRAPH", "")).strip().lower() in ("1", "true", "yes", "on"):
+    if env_flag("VLLM_USE_BREAKABLE_CUDAGRAPH", default=False, environ=environ):
         problems.append("VLLM_USE_BREAKABLE_CUDAGRAPH=1 is not supported with piecewise graphs")
     return problems
 
