@@ -5,7 +5,7 @@ Usage:
   python report.py timing DIR                           time to ready, graph phase, TPOT per run
 
 ``timing`` reads DIR/<run>.json and DIR/<run>.log for the runs captured-cold, captured-warm,
-eager, save and load (those present), and takes the startup steps from vLLM's and Foundry's log
+eager, save and load (those present, in that order, then any other run in DIR), and takes the startup steps from vLLM's and Foundry's log
 lines, so every second from process start to ready is accounted for.
 """
 
@@ -49,12 +49,20 @@ def compare(reference: str, runs: list[str]) -> int:
 
 
 def steps(log: Path) -> dict[str, float]:
+    """Seconds per startup step: summed within a process (a step may log once per compile range),
+    the slowest process's where several log it (tensor-parallel ranks run the steps side by side)."""
     text = log.read_text(errors="replace") if log.exists() else ""
     found = {}
     for label, pattern in STEPS:
-        values = [float(m) for m in re.findall(pattern, text)]
-        if values:
-            found[label] = sum(values)
+        per_process: dict[str, float] = {}
+        for line in text.splitlines():
+            m = re.search(pattern, line)
+            if m:
+                pid = re.search(r"pid=(\d+)", line)
+                key = pid.group(1) if pid else ""
+                per_process[key] = per_process.get(key, 0.0) + float(m.group(1))
+        if per_process:
+            found[label] = max(per_process.values())
     return found
 
 
@@ -73,7 +81,9 @@ def outcome(log: Path) -> str:
 
 def timing(directory: str) -> int:
     d = Path(directory)
+    # The known runs in their order, then any other run of the directory (e.g. load-background).
     present = [r for r in RUNS if (d / f"{r}.json").exists()]
+    present += sorted(p.stem for p in d.glob("*.json") if p.stem not in present)
     if not present:
         print(f"no runs in {d}")
         return 1
