@@ -19,11 +19,15 @@
 #      TINY_MODEL: tiny_model.py (default: the enginepack's); START_TIMEOUT (900 s: the first start
 #      JIT-compiles kernels); TPOT: batch sizes to time decode at (e.g. 1,8,32,128; each needs a
 #      captured size at least as large and MAX_RUNNING at least as large), the median over 3 of
-#      (a request of 65 tokens - one of 1 token) / 64, so the prefill and HTTP cost cancel.
+#      (a request of 65 tokens - one of 1 token) / 64, so the prefill and HTTP cost cancel;
+#      TPOT_REPS (3): repetitions of that measurement; REPEAT (1): after the checks, REPEAT-1 more
+#      pairs of an unmodified start (baseline-N, with BASELINE=1) and a LOAD start (load-N),
+#      alternating, for TPOT over several starts (recipe/tpot_spread.py); LOAD_ONLY=1: keep the
+#      archive and run the LOAD start alone (it must restore).
 # Output: OUT_DIR (default /tmp/foundry-sglang-recipe) holds one log and one JSON per start.
 set -euo pipefail
 case "${1:-}" in
-  -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
   -*) echo "usage: $0 [MODEL_DIR] [ARCHIVE_DIR] (unknown option '$1')" >&2; exit 2 ;;
 esac
 MODEL="${1:-/tmp/tiny-qwen3}"
@@ -48,7 +52,7 @@ export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 
 ensure_tiny_model "$MODEL"
-rm -rf "$ARCHIVE"
+[ "${LOAD_ONLY:-0}" = 1 ] || rm -rf "$ARCHIVE"
 
 # The same flags on every start: anything that shapes the graphs is part of the archive's
 # fingerprint, and a LOAD with other flags falls back (which this script reports as a failure).
@@ -83,10 +87,10 @@ run() {  # NAME [foundry flags...]: one start, its /health time and greedy token
   SERVER_PGID=$!
   run_when_healthy "$PORT" "${START_TIMEOUT:-900}" "$SERVER_PGID" "$t0" \
     "sglang.launch_server exited before /health answered" "timed out after {limit:.0f} s waiting for /health" \
-    "$PORT" "$OUT/$name.json" "$PROMPTS" "$TOKENS" "${TPOT:-}" <<'EOF' || rc=$?
+    "$PORT" "$OUT/$name.json" "$PROMPTS" "$TOKENS" "${TPOT:-}" "${TPOT_REPS:-3}" <<'EOF' || rc=$?
 import json, statistics, sys, time, urllib.request
 port, out, prompts, tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-tpot_batches, ready = [int(b) for b in sys.argv[5].split(",") if b.strip()], float(sys.argv[6])
+tpot_batches, reps, ready = [int(b) for b in sys.argv[5].split(",") if b.strip()], int(sys.argv[6]), float(sys.argv[7])
 base = f"http://127.0.0.1:{port}"
 
 def generate(texts, max_new_tokens=tokens):
@@ -103,17 +107,18 @@ runs = [*batched, single] if isinstance(batched, list) else [batched, single]
 ids = [r["output_ids"] for r in runs]
 assert all(len(x) == tokens for x in ids), [len(x) for x in ids]
 
-def tpot_ms(batch, steps=64, reps=3):
+def tpot_samples_ms(batch, steps=64):
     texts = [f"hello world the model number {i + 1000} said" for i in range(batch)]
     def timed(n):
         start = time.perf_counter()
         generate(texts, n)
         return time.perf_counter() - start
     timed(steps + 1)  # first use of this batch size
-    return statistics.median((timed(steps + 1) - timed(1)) / steps * 1e3 for _ in range(reps))
+    return [(timed(steps + 1) - timed(1)) / steps * 1e3 for _ in range(reps)]
 
-tpot = {str(b): tpot_ms(b) for b in tpot_batches}
-json.dump({"ready_s": ready, "tokens": ids, "tpot_ms": tpot}, open(out, "w"))
+samples = {str(b): tpot_samples_ms(b) for b in tpot_batches}
+tpot = {b: statistics.median(s) for b, s in samples.items()}
+json.dump({"ready_s": ready, "tokens": ids, "tpot_ms": tpot, "tpot_samples_ms": samples}, open(out, "w"))
 shown = " ".join(f"b{b}={ms:.2f}ms" for b, ms in tpot.items())
 print(f"/health 200 after {ready:.1f} s; {len(ids)} completions of {tokens} tokens; TPOT {shown or '-'}")
 EOF
@@ -121,6 +126,12 @@ EOF
   grep -E "foundry:|Capture .*decode|KV Cache is allocated" "$OUT/$name.log" || true
   [ "$rc" = 0 ] || { tail -n 80 "$OUT/$name.log"; exit "$rc"; }
 }
+
+if [ "${LOAD_ONLY:-0}" = 1 ]; then
+  run load --foundry-archive "$ARCHIVE" --foundry-mode load
+  expect_restored "foundry: restored [0-9]+ decode graphs in "
+  exit 0
+fi
 
 names=()
 if [ "${BASELINE:-1}" = 1 ]; then
@@ -146,6 +157,18 @@ restored=$(grep -oE "restored [0-9]+ decode graphs" "$OUT/load.log" | grep -oE "
 
 compare_tokens "greedy tokens differ from {ref}: {bad}" \
   "identical greedy tokens ({count} completions) across {names}" "${names[@]}"
+
+# REPEAT=N: N-1 more unmodified and LOAD starts, alternating, for TPOT over several starts.
+if [ "${REPEAT:-1}" -gt 1 ]; then
+  for i in $(seq 2 "$REPEAT"); do
+    if [ "${BASELINE:-1}" = 1 ]; then run "baseline-$i"; names+=("baseline-$i"); fi
+    run "load-$i" --foundry-archive "$ARCHIVE" --foundry-mode load; names+=("load-$i")
+    expect_log "$OUT/load-$i.log" "foundry: restored [0-9]+ decode graphs in " \
+      "the LOAD start load-$i restored no graphs (see $OUT/load-$i.log)"
+  done
+  compare_tokens "greedy tokens differ from {ref}: {bad}" \
+    "identical greedy tokens ({count} completions) across {names}" "${names[@]}"
+fi
 
 # FALLBACKS=1: a corrupted archive (mode load) and a foreign one (saved with another context
 # length; mode auto) must each start normally, say why in a foundry: line, and give the same tokens.

@@ -10,7 +10,8 @@ Foundry is configured by the environment (FOUNDRY_ARCHIVE, FOUNDRY_MODE), as for
   ``init_s``: the ``LLM(...)`` call alone;
 - ``tokens``: greedy completions (temperature 0, ``--tokens`` tokens, ``--prompts`` prompts);
 - ``tpot_ms``: per batch size, the median over ``--reps`` of (time of a generate with N+1 tokens -
-  time of one with 1 token) / N, i.e. the decode step time without the prefill.
+  time of one with 1 token) / N, i.e. the decode step time without the prefill; the samples
+  themselves in ``tpot_samples_ms``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def prompts(n: int, offset: int = 0) -> list[str]:
     return [f"hello world the model number {i + offset} said" for i in range(n)]
 
 
-def tpot_ms(llm, batch: int, tokens: int, reps: int) -> float:
+def tpot_samples_ms(llm, batch: int, tokens: int, reps: int) -> list[float]:
     from vllm import SamplingParams
 
     def timed_generate(max_tokens: int) -> float:
@@ -51,7 +52,7 @@ def tpot_ms(llm, batch: int, tokens: int, reps: int) -> float:
         first = timed_generate(1)
         full = timed_generate(tokens + 1)
         samples.append((full - first) / tokens * 1e3)
-    return statistics.median(samples)
+    return samples
 
 
 def main() -> None:
@@ -94,8 +95,9 @@ def main() -> None:
     outs = llm.generate(prompts(args.prompts), SamplingParams(max_tokens=args.tokens, temperature=0.0,
                                                               ignore_eos=True), use_tqdm=False)
     result["tokens"] = [list(o.outputs[0].token_ids) for o in outs]
-    result["tpot_ms"] = {b: tpot_ms(llm, int(b), args.tpot_tokens, args.reps)
-                         for b in args.tpot.split(",") if b.strip()}
+    samples = {b: tpot_samples_ms(llm, int(b), args.tpot_tokens, args.reps) for b in args.tpot.split(",") if b.strip()}
+    result["tpot_ms"] = {b: statistics.median(s) for b, s in samples.items()}
+    result["tpot_samples_ms"] = samples
     with open(args.out, "w") as f:
         json.dump(result, f)
     tpot = " ".join(f"b{b}={ms:.2f}ms" for b, ms in result["tpot_ms"].items())

@@ -2,6 +2,11 @@
 second with the sample count and the most frequent innermost frames (library code first).
 
 Usage: python scripts/stack_sampler/summarize.py DIR [--frames N] [--from UNIX --to UNIX]
+       python scripts/stack_sampler/summarize.py DIR --within FRAME [--frames N] [--top K]
+
+--within FRAME: only the samples taken inside FRAME (a function name, or `file.py:function`), as one
+profile per process: seconds per innermost frames, each sample counting until the next one (so
+a C call that held the GIL counts in full).
 """
 
 from __future__ import annotations
@@ -37,14 +42,50 @@ def summarize(path: pathlib.Path, frames: int, start: float, stop: float) -> lis
     return lines
 
 
+def _inside(stack: str, frame: str) -> bool:
+    """Whether one of the stack's `file:function:line` frames is `frame` (`function` or `file:function`)."""
+    for part in stack.split(";"):
+        file, _, rest = part.partition(":")
+        function = rest.rpartition(":")[0]
+        if frame in (function, f"{file}:{function}"):
+            return True
+    return False
+
+
+def profile(path: pathlib.Path, frames: int, within: str, top: int) -> list[str]:
+    """Seconds spent inside `within`, by innermost frames; a sample lasts until the next one."""
+    samples = []
+    for raw in path.read_text(errors="replace").splitlines():
+        if not raw.startswith("#"):
+            stamp, _, stack = raw.partition("\t")
+            samples.append((float(stamp), stack))
+    seconds: collections.Counter = collections.Counter()
+    for (t, stack), (t_next, _) in zip(samples, samples[1:]):
+        if _inside(stack, within):
+            seconds[_tail(stack, frames)] += t_next - t
+    if not seconds:
+        return []
+    lines = [f"{sum(seconds.values()):.3f} s inside {within}"]
+    lines += [f"{s:8.3f} s  {tail}" for tail, s in seconds.most_common(top)]
+    return lines
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("dir", type=pathlib.Path)
     p.add_argument("--frames", type=int, default=4)
     p.add_argument("--from", dest="start", type=float, default=0.0)
     p.add_argument("--to", dest="stop", type=float, default=float("inf"))
+    p.add_argument("--within", help="profile only the samples inside this frame (function or file.py:function)")
+    p.add_argument("--top", type=int, default=15)
     args = p.parse_args()
     for path in sorted(args.dir.glob("stacks-*.txt")):
+        if args.within:
+            lines = profile(path, args.frames, args.within, args.top)
+            if lines:
+                print(f"== {path.name}")
+                print("\n".join(lines))
+            continue
         print(f"== {path.name}")
         print("\n".join(summarize(path, args.frames, args.start, args.stop)))
 

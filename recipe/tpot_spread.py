@@ -1,0 +1,90 @@
+"""Decode TPOT over several starts of each kind, against the spread of the reference starts.
+
+Usage: python recipe/tpot_spread.py DIR [--reference NAME]
+
+Reads DIR/<kind>-<n>.json and DIR/<kind>.json (start 0 of its kind): the recipes' per-start
+results, each with ``tpot_ms`` per batch size. Prints, per kind and batch size, the median over its starts and their range; then, per
+other kind, its median against the reference's (default: the first kind in name order) next to
+the reference's own range. Two starts replaying the same natively captured graphs differ by a
+few percent (process start, memory placement, host load), so a difference inside that range
+says nothing; repeated starts are what can tell a 1 % difference from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+
+def runs_by_kind(directory: Path) -> dict[str, list[dict[str, float]]]:
+    """{kind: [tpot_ms of each start]}, starts in number order (<kind>.json first)."""
+    found: dict[str, list[tuple[int, dict[str, float]]]] = {}
+    for path in directory.glob("*.json"):
+        m = re.fullmatch(r"(.+)-(\d+)", path.stem)
+        kind, number = (m.group(1), int(m.group(2))) if m else (path.stem, 0)
+        tpot = json.loads(path.read_text()).get("tpot_ms") or {}
+        if tpot:
+            found.setdefault(kind, []).append((number, {str(b): float(v) for b, v in tpot.items()}))
+    return {kind: [t for _, t in sorted(starts)] for kind, starts in sorted(found.items())}
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    """(median, min, max)."""
+    return statistics.median(values), min(values), max(values)
+
+
+def table(kinds: dict[str, list[dict[str, float]]], reference: str) -> list[str]:
+    batches = sorted({b for starts in kinds.values() for t in starts for b in t}, key=int)
+    lines = ["| kind | starts | " + " | ".join(f"b{b} ms median (min-max)" for b in batches) + " |",
+             "|" + "---|" * (len(batches) + 2)]
+    for kind, starts in kinds.items():
+        cells = []
+        for b in batches:
+            values = [t[b] for t in starts if b in t]
+            cells.append("%.3f (%.3f-%.3f)" % spread(values) if values else "-")
+        lines.append(f"| {kind} | {len(starts)} | " + " | ".join(cells) + " |")
+    lines += ["", f"| kind vs {reference} | " + " | ".join(f"b{b}" for b in batches) + " |",
+              "|" + "---|" * (len(batches) + 1)]
+    ref = kinds[reference]
+    ref_range = []
+    for b in batches:
+        med, lo, hi = spread([t[b] for t in ref if b in t])
+        ref_range.append(f"{(lo - med) / med * 100:+.1f} / {(hi - med) / med * 100:+.1f} %")
+    lines.append(f"| {reference}: its own starts' range around its median | " + " | ".join(ref_range) + " |")
+    for kind, starts in kinds.items():
+        if kind == reference:
+            continue
+        cells = []
+        for b in batches:
+            ours, theirs = [t[b] for t in starts if b in t], [t[b] for t in ref if b in t]
+            if ours and theirs:
+                cells.append(f"{(statistics.median(ours) / statistics.median(theirs) - 1) * 100:+.1f} %")
+            else:
+                cells.append("-")
+        lines.append(f"| {kind}: median against {reference}'s | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("dir", type=Path)
+    p.add_argument("--reference")
+    args = p.parse_args(argv)
+    kinds = runs_by_kind(args.dir)
+    if not kinds:
+        print(f"no <kind>-<n>.json with TPOT in {args.dir}", file=sys.stderr)
+        return 1
+    reference = args.reference or next(iter(kinds))
+    if reference not in kinds:
+        print(f"no starts of kind {reference!r} in {args.dir} (found {', '.join(kinds)})", file=sys.stderr)
+        return 1
+    print("\n".join(table(kinds, reference)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

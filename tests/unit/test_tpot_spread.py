@@ -1,0 +1,38 @@
+"""recipe/tpot_spread.py: TPOT medians and ranges over repeated starts, from results written here."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+_PATH = Path(__file__).resolve().parents[2] / "recipe" / "tpot_spread.py"
+_spec = importlib.util.spec_from_file_location("tpot_spread", _PATH)
+tpot_spread = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tpot_spread)
+
+
+def _start(directory: Path, name: str, b1: float, b8: float) -> None:
+    (directory / f"{name}.json").write_text(json.dumps({"ready_s": 1.0, "tpot_ms": {"1": b1, "8": b8}}))
+
+
+def test_kinds_group_numbered_starts_and_compare_medians(tmp_path, capsys):
+    _start(tmp_path, "captured-1", 5.0, 6.0)
+    _start(tmp_path, "captured-2", 5.2, 6.6)
+    _start(tmp_path, "captured-10", 4.9, 6.3)
+    _start(tmp_path, "load", 5.1, 6.3)  # unnumbered: the kind's start 0
+    _start(tmp_path, "load-2", 5.05, 6.3)
+    (tmp_path / "notes.json").write_text(json.dumps({"ready_s": 3.0}))  # no TPOT: not a start
+    kinds = tpot_spread.runs_by_kind(tmp_path)
+    assert list(kinds) == ["captured", "load"]
+    assert [t["1"] for t in kinds["captured"]] == [5.0, 5.2, 4.9]  # start number order, 10 last
+    assert tpot_spread.main([str(tmp_path), "--reference", "captured"]) == 0
+    out = capsys.readouterr().out
+    assert "| captured | 3 | 5.000 (4.900-5.200) | 6.300 (6.000-6.600) |" in out
+    # load's medians 5.075 and 6.3 against captured's 5.0 and 6.3.
+    assert "| load: median against captured's | +1.5 % | +0.0 % |" in out
+    assert "| captured: its own starts' range around its median | -2.0 / +4.0 % | -4.8 / +4.8 % |" in out
+
+
+def test_an_unknown_reference_is_named(tmp_path, capsys):
+    _start(tmp_path, "load-1", 5.0, 6.0)
+    assert tpot_spread.main([str(tmp_path), "--reference", "captured"]) == 1
+    assert "no starts of kind 'captured'" in capsys.readouterr().err
