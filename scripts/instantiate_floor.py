@@ -1,0 +1,121 @@
+"""Is a graph's instantiation cost the driver's own, or does Foundry's process make it dearer?
+
+Captures one decode graph of the built-in model (8B shapes) with plain torch and instantiates its
+CUgraph again and again (cuGraphInstantiateWithFlags): first destroying each exec at once, then
+keeping every exec alive as a start does (timed per block of 32), then, with --reserve-gib, the
+same after reserving that much virtual address space the way Foundry's allocation region does
+(cuMemAddressReserve). Run it plain, then under Foundry's preload with its region set
+(--region), and compare the milliseconds per instantiation: the same numbers mean the cost is
+the driver's, whatever Foundry does.
+
+Usage (a GPU machine):
+  python scripts/instantiate_floor.py [--batch 64] [--count 256] [--reserve-gib 512]
+  foundry run -- python scripts/instantiate_floor.py --region [--batch 64] [--count 256]
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import time
+
+import torch
+
+cuda = ctypes.CDLL("libcuda.so.1")
+REGION_BASE, REGION_SIZE = 0x6000_0000_0000, 512 << 30  # foundry bench's region
+
+
+def check(r: int, what: str) -> None:
+    if r != 0:
+        raise RuntimeError(f"{what}: CUresult {r}")
+
+
+def instantiate(graph: int) -> tuple[ctypes.c_void_p, float]:
+    e = ctypes.c_void_p()
+    t = time.perf_counter()
+    check(cuda.cuGraphInstantiateWithFlags(ctypes.byref(e), ctypes.c_void_p(graph), ctypes.c_ulonglong(0)), "instantiate")
+    return e, (time.perf_counter() - t) * 1e3
+
+
+def destroyed_at_once_ms(graph: int, count: int) -> float:
+    times = []
+    for _ in range(count):
+        e, ms = instantiate(graph)
+        times.append(ms)
+        check(cuda.cuGraphExecDestroy(e), "destroy")
+    return round(statistics.median(times), 3)
+
+
+def free_bytes() -> int:
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+    check(cuda.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)), "cuMemGetInfo")
+    return free.value
+
+
+def kept_alive_ms(graph: int, count: int, out: dict, key: str) -> None:
+    """Median ms per instantiation, per block of 32, every exec alive until the end; and the
+    device memory the live execs hold, per exec."""
+    free_before = free_bytes()
+    live, blocks, block = [], [], []
+    for i in range(count):
+        e, ms = instantiate(graph)
+        live.append(e)
+        block.append(ms)
+        if len(block) == 32 or i == count - 1:
+            blocks.append(round(statistics.median(block), 3))
+            block = []
+    out[f"{key}_ms_per_32"] = blocks
+    out[f"{key}_device_bytes_per_exec"] = (free_before - free_bytes()) // count
+    for e in live:
+        check(cuda.cuGraphExecDestroy(e), "destroy")
+
+
+def reserve(gib: int) -> int:
+    ptr = ctypes.c_uint64()
+    check(cuda.cuMemAddressReserve(ctypes.byref(ptr), ctypes.c_size_t(gib << 30), ctypes.c_size_t(0),
+                                   ctypes.c_uint64(0), ctypes.c_ulonglong(0)), "cuMemAddressReserve")
+    return ptr.value
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--count", type=int, default=256)
+    p.add_argument("--reserve-gib", type=int, default=0)
+    p.add_argument("--region", action="store_true", help="set Foundry's allocation region first (needs the preload)")
+    args = p.parse_args()
+    torch.cuda.init()
+    if args.region:
+        import foundry_core as fdry
+
+        fdry.set_allocation_region(REGION_BASE, REGION_SIZE)
+    from foundry_core.model.config import SHAPES
+    from foundry_core.model.decoder import DecodeRunner
+
+    cfg = SHAPES["8b"]
+    runner = DecodeRunner(type(cfg)(**{**cfg.as_dict(), "max_batch": args.batch}))
+    runner.run(args.batch)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph(keep_graph=True)
+    with torch.cuda.graph(g):
+        runner.run(args.batch)
+    torch.cuda.synchronize()
+    graph = int(g.raw_cuda_graph())
+    nodes = ctypes.c_size_t()
+    check(cuda.cuGraphGetNodes(ctypes.c_void_p(graph), None, ctypes.byref(nodes)), "cuGraphGetNodes")
+    out = {"batch": args.batch, "nodes": nodes.value, "region": args.region,
+           "destroyed_at_once_ms": destroyed_at_once_ms(graph, 32)}
+    kept_alive_ms(graph, args.count, out, "kept_alive")
+    if args.reserve_gib:
+        reserve(args.reserve_gib)
+        out["reserved_gib"] = args.reserve_gib
+        out["after_reserve_destroyed_at_once_ms"] = destroyed_at_once_ms(graph, 32)
+        kept_alive_ms(graph, args.count, out, "after_reserve_kept_alive")
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
