@@ -55,6 +55,7 @@ logger = logging.getLogger("foundry")
 PAYLOAD_NAME = "graphs.fgr"
 LOG_NAME = "alloc_log.json"
 MODES = ("eager", "parallel", "lazy", "background")
+GRAPHSET_LAZY_DELTAS = 1  # foundry.h: FOUNDRY_GRAPHSET_LAZY_DELTAS
 
 
 def _torch():
@@ -446,7 +447,9 @@ def load_graphs(path: str | os.PathLike, mode: str = "eager", threads: int = 4,
     images.load_cuda_modules_and_libraries(directory)
     times.images_s = time.perf_counter() - start
     handle = ctypes.c_void_p()
-    _native.call("foundry_graphset_open", os.fsencode(directory / manifest["payload"]), ctypes.byref(handle))
+    # Lazy and background instantiation read each graph's delta when they reach the graph.
+    flags = GRAPHSET_LAZY_DELTAS if mode in ("lazy", "background") else 0
+    _native.call("foundry_graphset_open", os.fsencode(directory / manifest["payload"]), flags, ctypes.byref(handle))
     native = _native.LoadTimes()
     _native.call("foundry_graphset_info", handle, None, None, ctypes.byref(native))
     times.read_s, times.claim_s, times.build_s = native.read_s, native.claim_s, native.build_s

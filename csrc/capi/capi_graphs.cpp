@@ -50,9 +50,10 @@ foundry_status foundry_payload_merge(const char* const* inputs, uint64_t count, 
   return report(merge_payloads(paths, output, templates));
 }
 
-foundry_status foundry_graphset_open(const char* payload_path, void** out) {
+foundry_status foundry_graphset_open(const char* payload_path, uint32_t flags, void** out) {
   if (payload_path == nullptr || out == nullptr) return report(null_arg("payload_path or out"));
-  auto set = GraphSet::open(payload_path);
+  if (flags & ~FOUNDRY_GRAPHSET_LAZY_DELTAS) return report(Error(FOUNDRY_ERR_INVALID_ARGUMENT, "unknown graph set flags"));
+  auto set = GraphSet::open(payload_path, (flags & FOUNDRY_GRAPHSET_LAZY_DELTAS) ? DeltaRead::kLater : DeltaRead::kNow);
   if (!set.ok()) return report(set.status());
   *out = set.value().release();
   return FOUNDRY_OK;

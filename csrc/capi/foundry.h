@@ -200,8 +200,11 @@ typedef struct foundry_load_times {
   double update_s;      /* writing graphs' deltas into template CUgraphs, summed over threads */
 } foundry_load_times;
 
-/* LOAD: open a payload (images must be loaded first), instantiate and launch its graphs. */
-FOUNDRY_API foundry_status foundry_graphset_open(const char* payload_path, void** out);
+/* LOAD: open a payload (images must be loaded first), instantiate and launch its graphs.
+ * flags: FOUNDRY_GRAPHSET_LAZY_DELTAS reads each graph's delta when the graph is first
+ * instantiated instead of all at open (for lazy and background instantiation). */
+#define FOUNDRY_GRAPHSET_LAZY_DELTAS 1u
+FOUNDRY_API foundry_status foundry_graphset_open(const char* payload_path, uint32_t flags, void** out);
 FOUNDRY_API foundry_status foundry_graphset_info(void* set, uint64_t* count, uint64_t* templates,
                                                  foundry_load_times* times);
 FOUNDRY_API foundry_status foundry_graphset_name(void* set, uint64_t index, char* buf, size_t len);

@@ -18,33 +18,17 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// One entry per kernel with what its function attributes must allow for every graph: the largest
-// dynamic shared memory any of them asks (a function attribute is shared by all graphs), and its
-// cluster settings (part of the topology) and carveout (the first graph's).
-std::map<std::pair<uint64_t, std::string>, KernelNode> function_requirements(const Payload& p) {
-  std::map<std::pair<uint64_t, std::string>, KernelNode> out;
-  for_each_node(p, [&out](const Node& n) {
-    if (n.kind != NodeKind::kKernel) return;
-    auto [it, fresh] = out.try_emplace({n.kernel.image_hash, n.kernel.name});
-    KernelNode& k = it->second;
-    if (fresh) {
-      k.image_hash = n.kernel.image_hash;
-      k.name = n.kernel.name;
-      k.func = n.kernel.func;
-    }
-    k.func.max_dynamic_shared = std::max({k.func.max_dynamic_shared, n.kernel.func.max_dynamic_shared,
-                                          static_cast<int32_t>(n.kernel.shared_mem)});
-  });
-  return out;
-}
-
 }  // namespace
 
-Result<std::unique_ptr<GraphSet>> GraphSet::open(const std::string& payload_path) {
+Result<std::unique_ptr<GraphSet>> GraphSet::open(const std::string& payload_path, DeltaRead deltas) {
   auto t0 = std::chrono::steady_clock::now();
-  auto payload = read_payload(payload_path);
-  if (!payload.ok()) return payload.status();
+  auto container = Container::read_file(payload_path);
+  if (!container.ok()) return container.status();
   std::unique_ptr<GraphSet> set(new GraphSet());
+  set->container_ = std::move(container.value());  // pending deltas point into its (moved, not copied) bytes
+  set->path_ = payload_path;
+  auto payload = parse_payload(set->container_, payload_path, deltas);
+  if (!payload.ok()) return payload.status();
   set->payload_ = std::move(payload.value());
   set->times_.read_s = seconds_since(t0);
   FOUNDRY_RETURN_IF_ERROR(set->prepare());
@@ -80,15 +64,12 @@ Status GraphSet::prepare() {
   times_.claim_s = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();
-  // Every kernel resolves here, once (function attributes), and read_payload checked every node
-  // and event index: writing a member's delta later can only fail in the driver.
+  // parse_payload checked every node and event index read so far, and ensure_delta checks the
+  // rest: writing a member's delta later can only fail in the driver.
   for (uint32_t i = 0; i < payload_.event_count; ++i) {
     CUevent e;
     FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
     events_.push_back(e);
-  }
-  for (const auto& [key, k] : function_requirements(payload_)) {
-    FOUNDRY_RETURN_IF_ERROR(apply_function_attrs(k, k.func.max_dynamic_shared));
   }
   for (size_t t = 0; t < payload_.templates.size(); ++t) templates_.push_back(std::make_unique<Template>());
   for (size_t i = 0; i < payload_.members.size(); ++i) members_.push_back(std::make_unique<Member>());
@@ -127,10 +108,43 @@ Status GraphSet::apply_collectives(size_t i, const std::vector<CUgraphNode>& nod
   return Status::Ok();
 }
 
+Status GraphSet::ensure_delta(size_t i) {
+  if (!payload_.members[i].delta_pending) return Status::Ok();
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = read_pending_delta(&payload_, i, path_);
+  read_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+Status GraphSet::require_function_attrs(const KernelNode& k) {
+  int32_t need = std::max(k.func.max_dynamic_shared, static_cast<int32_t>(k.shared_mem));
+  std::lock_guard<std::mutex> lock(attrs_mu_);
+  auto [it, fresh] = attrs_.try_emplace({k.image_hash, k.name}, need);
+  if (!fresh && it->second >= need) return Status::Ok();
+  Status s = apply_function_attrs(k, need);
+  if (s.ok()) it->second = need;
+  else if (fresh) attrs_.erase(it);
+  return s;
+}
+
+Status GraphSet::require_function_attrs(const GraphModel& g) {
+  for (const Node& n : g.nodes)
+    if (n.kind == NodeKind::kKernel) FOUNDRY_RETURN_IF_ERROR(require_function_attrs(n.kernel));
+  for (const GraphModel& c : g.children) FOUNDRY_RETURN_IF_ERROR(require_function_attrs(c));
+  return Status::Ok();
+}
+
+Status GraphSet::require_function_attrs(const std::vector<NodeDelta>& delta) {
+  for (const NodeDelta& d : delta)
+    if (d.value.kind == NodeKind::kKernel) FOUNDRY_RETURN_IF_ERROR(require_function_attrs(d.value.kernel));
+  return Status::Ok();
+}
+
 Status GraphSet::ensure_built(uint32_t t) {
   Template& tmpl = *templates_[t];
   if (tmpl.built) return Status::Ok();
   auto t0 = std::chrono::steady_clock::now();
+  FOUNDRY_RETURN_IF_ERROR(require_function_attrs(payload_.templates[t]));
   auto built = build_graph(payload_.templates[t], events_, ctx_, collectives_.get());
   if (!built.ok()) return built.status();
   tmpl.work.graph = built.value().graph;
@@ -145,11 +159,14 @@ LoadTimes GraphSet::times() const {
   LoadTimes t = times_;
   t.build_s += static_cast<double>(build_ns_.load()) * 1e-9;
   t.update_s = static_cast<double>(update_ns_.load()) * 1e-9;
+  t.read_s += static_cast<double>(read_ns_.load()) * 1e-9;
   return t;
 }
 
 CUgraph GraphSet::template_graph(size_t i) {
   uint32_t t = payload_.members.at(i).template_index;
+  std::lock_guard<std::mutex> mlock(members_[i]->mu);
+  if (!ensure_delta(i).ok() || !require_function_attrs(payload_.members[i].delta).ok()) return nullptr;
   std::lock_guard<std::mutex> lock(templates_[t]->mu);
   if (!ensure_built(t).ok() || !switch_to(i, &templates_[t]->work).ok()) return nullptr;
   return templates_[t]->work.graph;
@@ -239,6 +256,8 @@ Status GraphSet::instantiate(size_t i) {
   Member& m = *members_[i];
   std::lock_guard<std::mutex> lock(m.mu);
   if (m.exec.load(std::memory_order_relaxed) != nullptr) return Status::Ok();
+  FOUNDRY_RETURN_IF_ERROR(ensure_delta(i));
+  FOUNDRY_RETURN_IF_ERROR(require_function_attrs(payload_.members[i].delta));
   uint32_t index = payload_.members[i].template_index;
   Template& t = *templates_[index];
   std::lock_guard<std::mutex> tlock(t.mu);
@@ -283,7 +302,10 @@ Status GraphSet::instantiate_all(int threads) {
           if (clones[t].graph == nullptr) FOUNDRY_RETURN_IF_ERROR(clone_template(t, &clones[t]));
           Member& m = *members_[i];
           std::lock_guard<std::mutex> lock(m.mu);
-          if (m.exec.load(std::memory_order_relaxed) == nullptr) FOUNDRY_RETURN_IF_ERROR(instantiate_from(i, &clones[t]));
+          if (m.exec.load(std::memory_order_relaxed) != nullptr) continue;
+          FOUNDRY_RETURN_IF_ERROR(ensure_delta(i));
+          FOUNDRY_RETURN_IF_ERROR(require_function_attrs(payload_.members[i].delta));
+          FOUNDRY_RETURN_IF_ERROR(instantiate_from(i, &clones[t]));
         }
         return Status::Ok();
       };

@@ -15,12 +15,14 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "archive/container.h"
 #include "common/status.h"
 #include "collective/live_collectives.h"
 #include "graph/payload.h"
@@ -35,7 +37,9 @@ struct LoadTimes {
 
 class GraphSet {
  public:
-  static Result<std::unique_ptr<GraphSet>> open(const std::string& payload_path);
+  // With DeltaRead::kLater, a graph's delta is read when the graph is first instantiated (lazy and
+  // background LOAD pay only for the graphs they reach); kNow reads every one here, in parallel.
+  static Result<std::unique_ptr<GraphSet>> open(const std::string& payload_path, DeltaRead deltas = DeltaRead::kNow);
   ~GraphSet();
 
   size_t count() const { return members_.size(); }
@@ -75,6 +79,14 @@ class GraphSet {
 
   Status prepare();
   Status prepare_collectives();
+  // Reads member i's delta if it is still pending (caller holds members_[i]->mu).
+  Status ensure_delta(size_t i);
+  // Sets kernel function attributes the nodes need before they go into a CUgraph: once per
+  // kernel, again only when a later graph needs more dynamic shared memory (raising the limit
+  // never invalidates an exec made under the lower one).
+  Status require_function_attrs(const GraphModel& g);
+  Status require_function_attrs(const std::vector<NodeDelta>& delta);
+  Status require_function_attrs(const KernelNode& k);
   // Gives graph member i's NCCL kernel nodes their live parameters (before it is instantiated).
   Status apply_collectives(size_t i, const std::vector<CUgraphNode>& nodes);
   // Writes member i's values into w's nodes: i's delta, and the template's values back into the
@@ -88,7 +100,11 @@ class GraphSet {
   Status clone_template(uint32_t t, Working* clone);
   Status ensure_built(uint32_t t);  // caller holds templates_[t]->mu
 
+  Container container_;  // holds the bytes of deltas not read yet
+  std::string path_;
   Payload payload_;
+  std::mutex attrs_mu_;
+  std::map<std::pair<uint64_t, std::string>, int32_t> attrs_;  // kernel -> dynamic shared memory allowed
   std::unique_ptr<LiveCollectives> collectives_;  // only when some graph launches NCCL
   std::vector<CUevent> events_;
   std::vector<std::unique_ptr<Template>> templates_;
@@ -97,6 +113,7 @@ class GraphSet {
   LoadTimes times_;
   std::atomic<int64_t> build_ns_{0};
   std::atomic<int64_t> update_ns_{0};
+  std::atomic<int64_t> read_ns_{0};  // deltas read after open
   std::thread background_;
   std::atomic<bool> stop_{false};
 };

@@ -1,5 +1,6 @@
 // libFuzzer target for the graph payload reader (graphs.fgr): container, header, kernel name
-// table, templates and members with their deltas and region references, as LOAD reads them
+// table, templates and members with their deltas and region references, as LOAD reads them (all
+// at once, and the deltas later one by one)
 // (built by scripts/build-fuzz; not a ctest). Inputs are resealed (reseal.h) so mutations reach
 // the section decoders behind the checksums.
 #include <cstddef>
@@ -16,11 +17,20 @@ void parse(std::vector<uint8_t> bytes) {
   auto c = foundry::Container::parse(std::move(bytes), "fuzz");
   if (!c.ok()) return;
   auto p = foundry::parse_payload(c.value(), "fuzz");
-  if (!p.ok()) return;
-  // A payload that parses must be internally consistent: every member's template exists.
-  for (const foundry::PayloadMember& m : p.value().members) {
-    if (m.template_index >= p.value().templates.size()) __builtin_trap();
+  if (p.ok()) {
+    // A payload that parses must be internally consistent: every member's template exists.
+    for (const foundry::PayloadMember& m : p.value().members) {
+      if (m.template_index >= p.value().templates.size()) __builtin_trap();
+    }
   }
+  // As lazy LOAD reads it: the deltas one by one, later. Read whole it must fail exactly when
+  // one of the parts does.
+  auto later = foundry::parse_payload(c.value(), "fuzz", foundry::DeltaRead::kLater);
+  bool all_ok = later.ok();
+  for (size_t i = 0; later.ok() && i < later.value().members.size(); ++i) {
+    if (!foundry::read_pending_delta(&later.value(), i, "fuzz").ok()) all_ok = false;
+  }
+  if (all_ok != p.ok()) __builtin_trap();
 }
 
 }  // namespace
