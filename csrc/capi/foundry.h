@@ -191,9 +191,9 @@ FOUNDRY_API foundry_status foundry_payload_merge(const char* const* inputs, uint
 FOUNDRY_API void foundry_saver_free(void* saver);
 
 typedef struct foundry_load_times {
-  double read_s;        /* reading and validating the payload */
+  double read_s;        /* reading and validating the payload, and deltas read since (lazy deltas) */
   double claim_s;       /* mapping referenced region memory */
-  double build_s;       /* building template CUgraphs (function attributes, events included) */
+  double build_s;       /* building template CUgraphs (their kernels' function attributes and events included) */
   double instantiate_s; /* the last instantiate_all, wall time */
   uint64_t mapped_blocks;
   uint64_t existing_blocks;
