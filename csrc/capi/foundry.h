@@ -201,10 +201,10 @@ typedef struct foundry_load_times {
 } foundry_load_times;
 
 /* LOAD: open a payload (images must be loaded first), instantiate and launch its graphs.
- * flags: FOUNDRY_GRAPHSET_LAZY_DELTAS reads each graph's delta when the graph is first
- * instantiated instead of all at open (for lazy and background instantiation). */
-#define FOUNDRY_GRAPHSET_LAZY_DELTAS 1u
-FOUNDRY_API foundry_status foundry_graphset_open(const char* payload_path, uint32_t flags, void** out);
+ * _open reads every graph's delta now; _open_lazy reads each when its graph is first instantiated
+ * (lazy instantiation), so a corrupt delta is reported then, naming the graph. */
+FOUNDRY_API foundry_status foundry_graphset_open(const char* payload_path, void** out);
+FOUNDRY_API foundry_status foundry_graphset_open_lazy(const char* payload_path, void** out);
 FOUNDRY_API foundry_status foundry_graphset_info(void* set, uint64_t* count, uint64_t* templates,
                                                  foundry_load_times* times);
 FOUNDRY_API foundry_status foundry_graphset_name(void* set, uint64_t index, char* buf, size_t len);

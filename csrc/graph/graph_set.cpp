@@ -4,10 +4,13 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <set>
+#include <string_view>
 
 #include "common/log.h"
 #include "driver/driver.h"
 #include "graph/builder.h"
+#include "modules/registry.h"
 #include "region/region.h"
 #include "region/va_space.h"
 
@@ -24,11 +27,10 @@ Result<std::unique_ptr<GraphSet>> GraphSet::open(const std::string& payload_path
   auto t0 = std::chrono::steady_clock::now();
   auto container = Container::read_file(payload_path);
   if (!container.ok()) return container.status();
-  std::unique_ptr<GraphSet> set(new GraphSet());
-  set->container_ = std::move(container.value());  // pending deltas point into its (moved, not copied) bytes
-  set->path_ = payload_path;
-  auto payload = parse_payload(set->container_, payload_path, deltas);
+  auto payload = parse_payload(container.value(), payload_path, deltas);  // pending deltas are copied out
   if (!payload.ok()) return payload.status();
+  std::unique_ptr<GraphSet> set(new GraphSet());
+  set->path_ = payload_path;
   set->payload_ = std::move(payload.value());
   set->times_.read_s = seconds_since(t0);
   FOUNDRY_RETURN_IF_ERROR(set->prepare());
@@ -64,8 +66,10 @@ Status GraphSet::prepare() {
   times_.claim_s = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();
-  // parse_payload checked every node and event index read so far, and ensure_delta checks the
-  // rest: writing a member's delta later can only fail in the driver.
+  // parse_payload checked every node and event index read so far (ensure_delta checks the rest,
+  // as it reads them) and every kernel is known: writing a delta read at open can only fail in
+  // the driver.
+  FOUNDRY_RETURN_IF_ERROR(check_kernels_exist());
   for (uint32_t i = 0; i < payload_.event_count; ++i) {
     CUevent e;
     FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
@@ -116,28 +120,51 @@ Status GraphSet::ensure_delta(size_t i) {
   return s;
 }
 
-Status GraphSet::require_function_attrs(const KernelNode& k) {
-  int32_t need = std::max(k.func.max_dynamic_shared, static_cast<int32_t>(k.shared_mem));
+Status GraphSet::check_kernels_exist() const {
+  std::set<std::pair<uint64_t, std::string_view>> kernels;
+  for_each_node(payload_, [&kernels](const Node& n) {
+    if (n.kind == NodeKind::kKernel) kernels.emplace(n.kernel.image_hash, n.kernel.name);
+  });
+  for (const auto& [hash, name] : kernels) FOUNDRY_RETURN_IF_ERROR(Registry::instance().check_entry(hash, std::string(name)));
+  return Status::Ok();
+}
+
+Status GraphSet::require_function_attrs(const std::vector<const KernelNode*>& nodes) {
+  // One entry per kernel (a graph launches each many times), then the lock once.
+  std::map<std::pair<uint64_t, std::string_view>, std::pair<int32_t, const KernelNode*>> needs;
+  for (const KernelNode* k : nodes) {
+    int32_t need = std::max(k->func.max_dynamic_shared, static_cast<int32_t>(k->shared_mem));
+    auto [it, fresh] = needs.try_emplace({k->image_hash, k->name}, need, k);
+    if (!fresh) it->second.first = std::max(it->second.first, need);
+  }
   std::lock_guard<std::mutex> lock(attrs_mu_);
-  auto [it, fresh] = attrs_.try_emplace({k.image_hash, k.name}, need);
-  if (!fresh && it->second >= need) return Status::Ok();
-  Status s = apply_function_attrs(k, need);
-  if (s.ok()) it->second = need;
-  else if (fresh) attrs_.erase(it);
-  return s;
+  for (const auto& [key, need] : needs) {
+    auto [it, fresh] = attrs_.try_emplace({key.first, std::string(key.second)}, need.first);
+    if (!fresh && it->second >= need.first) continue;
+    Status s = apply_function_attrs(*need.second, need.first, fresh);
+    if (!s.ok()) {
+      if (fresh) attrs_.erase(it);
+      return s;
+    }
+    it->second = need.first;
+  }
+  return Status::Ok();
 }
 
 Status GraphSet::require_function_attrs(const GraphModel& g) {
-  for (const Node& n : g.nodes)
-    if (n.kind == NodeKind::kKernel) FOUNDRY_RETURN_IF_ERROR(require_function_attrs(n.kernel));
-  for (const GraphModel& c : g.children) FOUNDRY_RETURN_IF_ERROR(require_function_attrs(c));
-  return Status::Ok();
+  std::vector<const KernelNode*> kernels;
+  std::function<void(const GraphModel&)> walk = [&](const GraphModel& m) {
+    for (const Node& n : m.nodes) if (n.kind == NodeKind::kKernel) kernels.push_back(&n.kernel);
+    for (const GraphModel& c : m.children) walk(c);
+  };
+  walk(g);
+  return require_function_attrs(kernels);
 }
 
 Status GraphSet::require_function_attrs(const std::vector<NodeDelta>& delta) {
-  for (const NodeDelta& d : delta)
-    if (d.value.kind == NodeKind::kKernel) FOUNDRY_RETURN_IF_ERROR(require_function_attrs(d.value.kernel));
-  return Status::Ok();
+  std::vector<const KernelNode*> kernels;
+  for (const NodeDelta& d : delta) if (d.value.kind == NodeKind::kKernel) kernels.push_back(&d.value.kernel);
+  return require_function_attrs(kernels);
 }
 
 Status GraphSet::ensure_built(uint32_t t) {
@@ -163,12 +190,15 @@ LoadTimes GraphSet::times() const {
   return t;
 }
 
-CUgraph GraphSet::template_graph(size_t i) {
-  uint32_t t = payload_.members.at(i).template_index;
+Result<CUgraph> GraphSet::template_graph(size_t i) {
+  if (i >= members_.size()) return Error(FOUNDRY_ERR_INVALID_ARGUMENT, "graph index out of range");
+  uint32_t t = payload_.members[i].template_index;
   std::lock_guard<std::mutex> mlock(members_[i]->mu);
-  if (!ensure_delta(i).ok() || !require_function_attrs(payload_.members[i].delta).ok()) return nullptr;
+  FOUNDRY_RETURN_IF_ERROR(ensure_delta(i));
+  FOUNDRY_RETURN_IF_ERROR(require_function_attrs(payload_.members[i].delta));
   std::lock_guard<std::mutex> lock(templates_[t]->mu);
-  if (!ensure_built(t).ok() || !switch_to(i, &templates_[t]->work).ok()) return nullptr;
+  FOUNDRY_RETURN_IF_ERROR(ensure_built(t));
+  FOUNDRY_RETURN_IF_ERROR(switch_to(i, &templates_[t]->work));
   return templates_[t]->work.graph;
 }
 

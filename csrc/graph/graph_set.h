@@ -22,7 +22,6 @@
 #include <thread>
 #include <vector>
 
-#include "archive/container.h"
 #include "common/status.h"
 #include "collective/live_collectives.h"
 #include "graph/payload.h"
@@ -37,8 +36,8 @@ struct LoadTimes {
 
 class GraphSet {
  public:
-  // With DeltaRead::kLater, a graph's delta is read when the graph is first instantiated (lazy and
-  // background LOAD pay only for the graphs they reach); kNow reads every one here, in parallel.
+  // With DeltaRead::kLater, a graph's delta is read when the graph is first instantiated (lazy
+  // LOAD pays only for the graphs it reaches); kNow reads and checks every one here, in parallel.
   static Result<std::unique_ptr<GraphSet>> open(const std::string& payload_path, DeltaRead deltas = DeltaRead::kNow);
   ~GraphSet();
 
@@ -53,10 +52,10 @@ class GraphSet {
   Status launch(size_t i, CUstream stream);
   bool ready(size_t i) const { return members_[i]->exec.load(std::memory_order_acquire) != nullptr; }
   // The CUgraph graph i is instantiated from, holding graph i's values (its template, built if it
-  // was not yet, with i's delta written in); nullptr on failure. For inspection only: owned by the
+  // was not yet, with i's delta written in). For inspection only: owned by the
   // set, and rewritten by the next instantiation of any graph of the same template (including a
   // background or lazy one), so read it while nothing else instantiates.
-  CUgraph template_graph(size_t i);
+  Result<CUgraph> template_graph(size_t i);
 
  private:
   struct Member {
@@ -81,12 +80,14 @@ class GraphSet {
   Status prepare_collectives();
   // Reads member i's delta if it is still pending (caller holds members_[i]->mu).
   Status ensure_delta(size_t i);
-  // Sets kernel function attributes the nodes need before they go into a CUgraph: once per
-  // kernel, again only when a later graph needs more dynamic shared memory (raising the limit
-  // never invalidates an exec made under the lower one).
+  // Every kernel the graphs name (those read so far) is an entry of a loaded image: a missing
+  // one is reported at open, as before any graph is built.
+  Status check_kernels_exist() const;
+  // Sets the function attributes the nodes' kernels need before they go into a CUgraph: once per
+  // kernel, and again only when a later graph needs more dynamic shared memory.
   Status require_function_attrs(const GraphModel& g);
   Status require_function_attrs(const std::vector<NodeDelta>& delta);
-  Status require_function_attrs(const KernelNode& k);
+  Status require_function_attrs(const std::vector<const KernelNode*>& kernels);
   // Gives graph member i's NCCL kernel nodes their live parameters (before it is instantiated).
   Status apply_collectives(size_t i, const std::vector<CUgraphNode>& nodes);
   // Writes member i's values into w's nodes: i's delta, and the template's values back into the
@@ -100,7 +101,6 @@ class GraphSet {
   Status clone_template(uint32_t t, Working* clone);
   Status ensure_built(uint32_t t);  // caller holds templates_[t]->mu
 
-  Container container_;  // holds the bytes of deltas not read yet
   std::string path_;
   Payload payload_;
   std::mutex attrs_mu_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <functional>
 #include <thread>
 
@@ -74,18 +75,27 @@ Status read_refs(ByteReader& r, std::vector<RegionRef>* refs) {
   return r.status("graph entry region references");
 }
 
+// Reads m's delta (m->delta is set only when all of it is valid).
 Status read_member_delta(ByteReader& r, const Payload& p, size_t i, const std::string& path, PayloadMember* m) {
-  Status ds = read_delta(r, p.templates[m->template_index], &m->delta);
+  std::vector<NodeDelta> delta;
+  Status ds = read_delta(r, p.templates[m->template_index], &delta);
   if (!ds.ok()) return Error(ds.code(), graph_label(path, i, m->name) + ": " + ds.message());
-  for (const NodeDelta& d : m->delta)
+  for (const NodeDelta& d : delta)
     if (!event_in_range(d.value, p.event_count)) return event_error(graph_label(path, i, m->name), d.value, p.event_count);
+  m->delta = std::move(delta);
   return Status::Ok();
 }
 
-// Version 3: name, template, region blocks, delta (left pending with `later`). Version 2: the
-// delta before the blocks, so it is always read.
-Status parse_member(ByteSpan bytes, const Payload& p, uint32_t version, bool later, const std::string& path, size_t i,
-                    PayloadMember* out) {
+Status trailing_bytes(const ByteReader& r, const std::string& path, size_t i, const std::string& name) {
+  if (r.at_end()) return Status::Ok();
+  return Error(FOUNDRY_ERR_FORMAT, graph_label(path, i, name) + ": " + std::to_string(r.remaining()) +
+                                       " bytes after the graph entry");
+}
+
+// Version 3: name, template, region blocks, delta (with `later`, copied to `pending` unread).
+// Version 2: the delta before the blocks, so it is always read.
+Status parse_member(ByteSpan bytes, const Payload& p, uint32_t version, uint8_t* pending, const std::string& path,
+                    size_t i, PayloadMember* out) {
   ByteReader r(bytes);
   PayloadMember m;
   r.string(&m.name, kMaxName);
@@ -99,11 +109,16 @@ Status parse_member(ByteSpan bytes, const Payload& p, uint32_t version, bool lat
   if (version == 2) FOUNDRY_RETURN_IF_ERROR(read_member_delta(r, p, i, path, &m));
   Status refs = read_refs(r, &m.refs);
   if (!refs.ok()) return Error(refs.code(), graph_label(path, i, m.name) + ": " + refs.message());
-  if (version != 2 && later) {
-    r.bytes(r.remaining(), &m.pending_delta);
+  if (version != 2 && pending != nullptr) {
+    m.pending_offset = static_cast<size_t>(pending - p.pending_bytes.data());
+    m.pending_size = r.remaining();
+    ByteSpan rest;
+    r.bytes(r.remaining(), &rest);
+    if (rest.size) std::memcpy(pending, rest.data, rest.size);
     m.delta_pending = true;
   } else if (version != 2) {
     FOUNDRY_RETURN_IF_ERROR(read_member_delta(r, p, i, path, &m));
+    FOUNDRY_RETURN_IF_ERROR(trailing_bytes(r, path, i, m.name));
   }
   *out = std::move(m);
   return Status::Ok();
@@ -202,9 +217,14 @@ Result<Payload> parse_payload(const Container& c, const std::string& path, Delta
   // Every NCCL launch is made again at open, in archive order: such a payload is read whole.
   bool later = deltas == DeltaRead::kLater &&
                std::none_of(p.templates.begin(), p.templates.end(), [](const GraphModel& g) { return has_collectives(g); });
+  // A member's pending delta is at most its section: each gets that much room, in file order.
+  std::vector<size_t> room(members.size() + 1, 0);
+  for (size_t i = 0; later && version != 2 && i < members.size(); ++i) room[i + 1] = room[i] + members[i]->size;
+  p.pending_bytes.resize(room.back());
   p.members.resize(members.size());
   FOUNDRY_RETURN_IF_ERROR(for_each_section(members.size(), [&](size_t i) {
-    return parse_member(c.data(*members[i]), p, version, later, path, i, &p.members[i]);
+    uint8_t* pending = room.back() ? p.pending_bytes.data() + room[i] : nullptr;
+    return parse_member(c.data(*members[i]), p, version, pending, path, i, &p.members[i]);
   }));
   return p;
 }
@@ -212,10 +232,10 @@ Result<Payload> parse_payload(const Container& c, const std::string& path, Delta
 Status read_pending_delta(Payload* p, size_t i, const std::string& path) {
   PayloadMember& m = p->members.at(i);
   if (!m.delta_pending) return Status::Ok();
-  ByteReader r(m.pending_delta);
-  FOUNDRY_RETURN_IF_ERROR(read_member_delta(r, *p, i, path, &m));
+  ByteReader r(p->pending_bytes.data() + m.pending_offset, m.pending_size);
+  FOUNDRY_RETURN_IF_ERROR(read_member_delta(r, *p, i, path + " (read at first use)", &m));
+  FOUNDRY_RETURN_IF_ERROR(trailing_bytes(r, path + " (read at first use)", i, m.name));
   m.delta_pending = false;
-  m.pending_delta = ByteSpan();
   return Status::Ok();
 }
 

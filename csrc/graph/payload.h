@@ -26,9 +26,10 @@ struct PayloadMember {
   uint32_t template_index = 0;  // into Payload::templates
   std::vector<NodeDelta> delta;
   std::vector<RegionRef> refs;
-  // Left by parse_payload(DeltaRead::kLater): the delta's encoded bytes, inside the container.
+  // Left by parse_payload(DeltaRead::kLater): the delta's encoded bytes, at this offset of
+  // Payload::pending_bytes.
   bool delta_pending = false;
-  ByteSpan pending_delta;
+  size_t pending_offset = 0, pending_size = 0;
 };
 
 struct Payload {
@@ -37,9 +38,13 @@ struct Payload {
   uint32_t event_count = 0;
   std::vector<GraphModel> templates;
   std::vector<PayloadMember> members;
+  // The deltas parse_payload(kLater) left unread, copied out of the file once its checksums were
+  // checked: a file changed or truncated later cannot change or fault what is read.
+  std::vector<uint8_t> pending_bytes;
 };
 
-// Every node a payload holds: templates (child graphs included), then members' deltas.
+// Every node a payload holds: templates (child graphs included), then members' deltas (those
+// read; a pending delta is not visited).
 void for_each_node(const Payload& p, const std::function<void(const Node&)>& visit);
 
 // When parse_payload reads the graphs' deltas: all now, or each when read_pending_delta asks for
@@ -50,8 +55,7 @@ enum class DeltaRead { kNow, kLater };
 
 Status write_payload(const std::string& path, const Payload& p);
 Result<Payload> read_payload(const std::string& path);
-// The same from a container already read and checked; `path` names it in errors. With kLater,
-// the container must outlive the payload's pending deltas.
+// The same from a container already read and checked; `path` names it in errors.
 Result<Payload> parse_payload(const Container& c, const std::string& path, DeltaRead deltas = DeltaRead::kNow);
 // Reads member i's pending delta (no-op when it was read); errors name `path` and the graph.
 Status read_pending_delta(Payload* p, size_t i, const std::string& path);

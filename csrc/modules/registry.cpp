@@ -300,6 +300,17 @@ Status Registry::lookup(CUfunction func, CUkernel kern, uint64_t* hash, std::str
   return Status::Ok();
 }
 
+Status Registry::check_entry(uint64_t hash, const std::string& name) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  ImageRecord* r = by_hash(hash);
+  if (r == nullptr) return Error(FOUNDRY_ERR_NOT_FOUND, "image " + hash_name(hash) + " is not loaded (is it in the archive?)");
+  if (!r->entries_known) return Status::Ok();  // an image the process loaded itself: resolve() will tell
+  if (!std::binary_search(r->entries.begin(), r->entries.end(), name)) {
+    return Error(FOUNDRY_ERR_NOT_FOUND, "kernel '" + name + "' is not an entry of image " + hash_name(hash));
+  }
+  return Status::Ok();
+}
+
 Result<CUfunction> Registry::resolve(uint64_t hash, const std::string& name) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   ImageRecord* r = by_hash(hash);
@@ -416,6 +427,7 @@ Status Registry::load_one(const std::string& path, bool* skipped) {
   }
   auto r = std::make_unique<ImageRecord>();
   r->entries = std::move(info.entries);
+  std::sort(r->entries.begin(), r->entries.end());  // check_entry searches them
   r->owned = std::move(info.segments);
   for (auto& o : r->owned) r->segments.emplace_back(o.data(), o.size());
   r->hash = info.hash;

@@ -44,7 +44,7 @@ struct ImageRecord {
   std::vector<std::vector<uint8_t>> owned;
   std::vector<CUmodule> modules;
   std::vector<CUlibrary> libraries;
-  std::vector<std::string> entries;
+  std::vector<std::string> entries;  // sorted
   bool entries_known = false;
   int nvshmem = -1;  // -1 unknown
   bool from_archive = false;
@@ -73,6 +73,9 @@ class Registry {
   // (image hash, entry name) of a function (or kernel) handle.
   Status lookup(CUfunction func, CUkernel kern, uint64_t* hash, std::string* name);
   Result<CUfunction> resolve(uint64_t hash, const std::string& name);
+  // Whether (hash, name) names an entry of a loaded image, from the entries archived images list
+  // (no driver call, no function loaded); FOUNDRY_ERR_NOT_FOUND naming what is missing.
+  Status check_entry(uint64_t hash, const std::string& name);
 
   Status pack(const std::string& dir, const std::vector<uint64_t>& hashes, int arch);
   Result<uint64_t> load_dir(const std::string& dir);

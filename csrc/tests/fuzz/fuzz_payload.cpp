@@ -9,6 +9,7 @@
 
 #include "archive/container.h"
 #include "graph/payload.h"
+#include "graph/topology.h"
 #include "tests/fuzz/reseal.h"
 
 namespace {
@@ -31,6 +32,17 @@ void parse(std::vector<uint8_t> bytes) {
     if (!foundry::read_pending_delta(&later.value(), i, "fuzz").ok()) all_ok = false;
   }
   if (all_ok != p.ok()) __builtin_trap();
+  if (!all_ok) return;
+  // And both read the same graphs.
+  for (size_t i = 0; i < p.value().members.size(); ++i) {
+    const foundry::PayloadMember& a = p.value().members[i];
+    const foundry::PayloadMember& b = later.value().members[i];
+    const foundry::GraphModel& t = p.value().templates[a.template_index];
+    foundry::GraphModel ga, gb;
+    bool applied = foundry::apply_delta(t, a.delta, &ga).ok();
+    if (applied != foundry::apply_delta(t, b.delta, &gb).ok()) __builtin_trap();
+    if ((applied && !foundry::models_equal(ga, gb)) || a.refs.size() != b.refs.size()) __builtin_trap();
+  }
 }
 
 }  // namespace
