@@ -70,6 +70,7 @@ _PROTOTYPES: dict[str, tuple] = {
     "foundry_function_lookup": (c_int, [c_uint64, _u64p, c_char_p, c_size_t]),
     "foundry_images_pack": (c_int, [c_char_p, _u64p, c_uint64, c_int]),
     "foundry_images_load": (c_int, [c_char_p, _u64p]),
+    "foundry_images_load_lazy": (c_int, [c_char_p, _u64p]),
     "foundry_function_resolve": (c_int, [c_uint64, c_char_p, _u64p]),
     "foundry_images_init_nvshmem": (c_int, [_u64p]),
     "foundry_image_inspect": (c_int, [c_void_p, c_uint64, POINTER(c_uint32), _u64p, POINTER(c_uint32)]),

@@ -444,7 +444,7 @@ def load_graphs(path: str | os.PathLike, mode: str = "eager", threads: int = 4,
         check_allocations(directory, manifest)
     times = LoadTimes()
     start = time.perf_counter()
-    images.load_cuda_modules_and_libraries(directory)
+    images.load_cuda_modules_and_libraries(directory, lazy=mode == "lazy")
     times.images_s = time.perf_counter() - start
     handle = ctypes.c_void_p()
     # Lazy instantiation reads each graph's delta when it reaches the graph; the other modes read

@@ -146,8 +146,11 @@ FOUNDRY_API foundry_status foundry_function_lookup(uint64_t handle, uint64_t* im
  * capability (e.g. 90) whose cubin is extracted from fatbins, or 0 to keep fatbins whole. */
 FOUNDRY_API foundry_status foundry_images_pack(const char* dir, const uint64_t* hashes, uint64_t count,
                                                int arch);
-/* Loads every image packed in `dir`; *loaded gets the number of images. */
+/* Loads every image packed in `dir`; *loaded gets the number of images. _lazy reads and checks
+ * them now but hands each to the driver only when one of its kernels is first resolved (or the
+ * process loads an identical image itself). */
 FOUNDRY_API foundry_status foundry_images_load(const char* dir, uint64_t* loaded);
+FOUNDRY_API foundry_status foundry_images_load_lazy(const char* dir, uint64_t* loaded);
 /* Resolves (image hash, entry name) to a CUfunction of the current context. */
 FOUNDRY_API foundry_status foundry_function_resolve(uint64_t image_hash, const char* name, uint64_t* func);
 /* Runs nvshmemx_cumodule_init / nvshmemx_culibrary_init for loaded images that need it. */

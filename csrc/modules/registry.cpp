@@ -116,6 +116,7 @@ bool Registry::find_archived(PendingImage& p, Loader loader, void** handle) {
   uint64_t hash = hash_segments(p.segments);
   for (auto& r : records_) {
     if (!r->from_archive || r->hash != hash || r->size != p.size || r->loader != loader) continue;
+    if (!r->loaded && !load_record(*r).ok()) return false;  // the process's own load goes ahead
     if (loader == Loader::kLibrary && !r->libraries.empty()) *handle = r->libraries.front();
     else if (loader == Loader::kModule && !r->modules.empty()) *handle = r->modules.front();
     else continue;
@@ -257,12 +258,13 @@ ImageRecord* Registry::find_by_module(CUmodule mod) {
   // only libraries not asked before are visited.
   const Driver* d = driver_if_open();
   if (d == nullptr || d->cuLibraryGetModule == nullptr) return nullptr;
-  for (; libraries_mapped_ < records_.size(); ++libraries_mapped_) {
-    ImageRecord* r = records_[libraries_mapped_].get();
+  for (auto& r : records_) {
+    if (r->library_modules_known || r->libraries.empty()) continue;  // (an archived image read lazily: once loaded)
     for (CUlibrary lib : r->libraries) {
       CUmodule m = nullptr;
-      if (d->cuLibraryGetModule(&m, lib) == CUDA_SUCCESS && m != nullptr) by_module_[m] = r;
+      if (d->cuLibraryGetModule(&m, lib) == CUDA_SUCCESS && m != nullptr) by_module_[m] = r.get();
     }
+    r->library_modules_known = true;
   }
   it = by_module_.find(mod);
   return it == by_module_.end() ? nullptr : it->second;
@@ -315,6 +317,7 @@ Result<CUfunction> Registry::resolve(uint64_t hash, const std::string& name) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   ImageRecord* r = by_hash(hash);
   if (r == nullptr) return Error(FOUNDRY_ERR_NOT_FOUND, "image " + hash_name(hash) + " is not loaded (is it in the archive?)");
+  if (!r->loaded) FOUNDRY_RETURN_IF_ERROR(load_record(*r));
   auto cached = r->resolved.find(name);
   if (cached != r->resolved.end()) return cached->second;
   const Driver* d = driver_if_open();
@@ -411,7 +414,7 @@ Status Registry::pack(const std::string& dir, const std::vector<uint64_t>& hashe
 
 // ---- loading ------------------------------------------------------------------------------
 
-Status Registry::load_one(const std::string& path, bool* skipped) {
+Status Registry::load_one(const std::string& path, bool lazy, bool* skipped) {
   *skipped = false;
   auto file = read_image_file(path);
   if (!file.ok()) return file.status();
@@ -439,7 +442,24 @@ Status Registry::load_one(const std::string& path, bool* skipped) {
   r->nvshmem = static_cast<int>(info.nvshmem);
   r->entries_known = true;
   r->from_archive = true;
+  r->loaded = false;
+  r->path = path;
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  ImageRecord& record = *r;
+  records_.push_back(std::move(r));
+  ++archived_count_;
+  if (lazy) return Status::Ok();
+  Status s = load_record(record);
+  if (!s.ok()) {  // as if never read: a later load of this directory tries again
+    records_.pop_back();
+    --archived_count_;
+  }
+  return s;
+}
 
+Status Registry::load_record(ImageRecord& rec) {
+  ImageRecord* r = &rec;
+  const std::string& path = r->path;
   const void* code = r->segments[0].first;
   if (r->segments.size() > 1) {
     // Several -rdc segments: hand the driver a wrapper like the one cudart registered.
@@ -471,16 +491,14 @@ Status Registry::load_one(const std::string& path, bool* skipped) {
     FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuModuleLoadData(&mod, code), ("cuModuleLoadData of " + path).c_str()));
     r->modules.push_back(mod);
   }
-  std::lock_guard<std::recursive_mutex> lock(mu_);
   void* handle = r->loader == Loader::kLibrary ? static_cast<void*>(r->libraries.front()) : static_cast<void*>(r->modules.front());
-  by_handle_[handle] = r.get();
-  if (r->loader == Loader::kModule) by_module_[r->modules.front()] = r.get();
-  records_.push_back(std::move(r));
-  ++archived_count_;
+  by_handle_[handle] = r;
+  if (r->loader == Loader::kModule) by_module_[r->modules.front()] = r;
+  r->loaded = true;
   return Status::Ok();
 }
 
-Result<uint64_t> Registry::load_dir(const std::string& dir) {
+Result<uint64_t> Registry::load_dir(const std::string& dir, bool lazy) {
   FOUNDRY_RETURN_IF_ERROR(ensure_context());
   std::string images_dir = dir + "/images";
   DIR* dp = opendir(images_dir.c_str());
@@ -495,10 +513,10 @@ Result<uint64_t> Registry::load_dir(const std::string& dir) {
   uint64_t loaded = 0;
   for (const std::string& f : files) {
     bool skipped = false;
-    FOUNDRY_RETURN_IF_ERROR(load_one(images_dir + "/" + f, &skipped));
+    FOUNDRY_RETURN_IF_ERROR(load_one(images_dir + "/" + f, lazy, &skipped));
     if (!skipped) ++loaded;
   }
-  LOG_INFO("loaded %" PRIu64 " kernel images from %s", loaded, images_dir.c_str());
+  LOG_INFO("%s %" PRIu64 " kernel images from %s", lazy ? "read" : "loaded", loaded, images_dir.c_str());
   return loaded;
 }
 
@@ -511,6 +529,7 @@ Result<uint64_t> Registry::init_nvshmem() {
   uint64_t done = 0;
   for (auto& r : records_) {
     if (!r->from_archive || r->nvshmem <= 0) continue;
+    if (!r->loaded) FOUNDRY_RETURN_IF_ERROR(load_record(*r));
     if (r->loader == Loader::kLibrary) {
       if (library_init == nullptr) return Error(FOUNDRY_ERR_NOT_FOUND, "an archived image needs NVSHMEM, but nvshmemx_culibrary_init is not loaded in this process");
       for (CUlibrary l : r->libraries) {

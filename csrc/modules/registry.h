@@ -48,6 +48,9 @@ struct ImageRecord {
   bool entries_known = false;
   int nvshmem = -1;  // -1 unknown
   bool from_archive = false;
+  bool loaded = true;  // false: an archived image read and checked, handed to the driver at first need
+  bool library_modules_known = false;  // its libraries' modules are in Registry::by_module_
+  std::string path;    // the archived file, named in errors
   std::unordered_map<std::string, CUfunction> resolved;
   std::unique_ptr<uint8_t[]> wrapper_storage;  // a rebuilt fatbin wrapper (LOAD of -rdc images)
 };
@@ -78,7 +81,9 @@ class Registry {
   Status check_entry(uint64_t hash, const std::string& name);
 
   Status pack(const std::string& dir, const std::vector<uint64_t>& hashes, int arch);
-  Result<uint64_t> load_dir(const std::string& dir);
+  // Reads and checks every image packed in `dir`. With `lazy`, an image goes to the driver only
+  // when a kernel of it is resolved or the process loads an identical image itself; otherwise now.
+  Result<uint64_t> load_dir(const std::string& dir, bool lazy = false);
   Result<uint64_t> init_nvshmem();
 
  private:
@@ -86,13 +91,14 @@ class Registry {
   void ensure_hashed(ImageRecord& r);
   Status ensure_entries(ImageRecord& r);
   ImageRecord* find_by_module(CUmodule mod);
-  Status load_one(const std::string& path, bool* skipped);
+  Status load_one(const std::string& path, bool lazy, bool* skipped);
+  // Hands an archived image read by load_one to the driver (caller holds mu_).
+  Status load_record(ImageRecord& r);
 
   std::recursive_mutex mu_;
   std::vector<std::unique_ptr<ImageRecord>> records_;
   std::unordered_map<void*, ImageRecord*> by_handle_;
   std::unordered_map<CUmodule, ImageRecord*> by_module_;  // includes modules of libraries, filled lazily
-  size_t libraries_mapped_ = 0;                           // records_ prefix whose library modules are known
   uint64_t archived_count_ = 0;
 };
 

@@ -1,4 +1,9 @@
-"""Kernel-image capture and reload in fresh processes. Usage: images_probe.py save DIR | load DIR"""
+"""Kernel-image capture and reload in fresh processes.
+
+Usage: images_probe.py save DIR | load DIR MAPPING [lazy]. With `lazy`, the images are only read at
+first; the application's own loads come before any kernel is resolved, so each image reaches the
+driver either through the application's identical load or through a later resolve.
+"""
 
 from __future__ import annotations
 
@@ -71,21 +76,25 @@ def save(directory: str) -> dict:
     }
 
 
-def load(directory: str, mapping_path: str) -> dict:
+def load(directory: str, mapping_path: str, lazy: bool) -> dict:
     torch.cuda.init()
     torch.cuda.synchronize()
     start = time.perf_counter()
-    n = fdry.load_cuda_modules_and_libraries(directory)
+    n = fdry.load_cuda_modules_and_libraries(directory, lazy=lazy)
     load_seconds = time.perf_counter() - start
     with open(mapping_path) as f:
         mapping = json.load(f)
-    resolved = {}
-    for m in mapping:
-        resolved[m["name"]] = resolve_function(m["hash"], m["name"]) != 0
+
+    def resolve_all() -> dict[str, bool]:
+        return {m["name"]: resolve_function(m["hash"], m["name"]) != 0 for m in mapping}
+
+    resolved = {} if lazy else resolve_all()
     # The application's own loads of the same images must be answered with the archived handles.
     step = workload()
     step()
     torch.cuda.synchronize()
+    if lazy:
+        resolved = resolve_all()
     images = fdry.loaded_images()
     archived = {i.hash for i in images if i.from_archive}
     duplicates = [f"{i.hash:016x}" for i in images if not i.from_archive and i.hash in archived]
@@ -102,4 +111,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "save":
         emit(save(sys.argv[2]))
     else:
-        emit(load(sys.argv[2], sys.argv[3]))
+        emit(load(sys.argv[2], sys.argv[3], lazy=sys.argv[4:] == ["lazy"]))
