@@ -132,7 +132,8 @@ typedef struct foundry_image_record {
   uint32_t segments;      /* fatbin segments (wrapper v2 with -rdc can have several) */
   uint32_t entry_count;   /* kernels found in the image */
   uint32_t nvshmem;       /* 1 when the image references NVSHMEM device state */
-  uint32_t from_archive;  /* 1 when loaded by foundry_images_load */
+  uint32_t from_archive;  /* 1 when read by foundry_images_load or _load_lazy (handed to the driver then,
+                             or for _load_lazy at first need) */
 } foundry_image_record;
 
 FOUNDRY_API foundry_status foundry_images_count(uint64_t* count);

@@ -115,8 +115,8 @@ bool Registry::find_archived(PendingImage& p, Loader loader, void** handle) {
   if (!candidate) return false;
   uint64_t hash = hash_segments(p.segments);
   for (auto& r : records_) {
-    if (!r->from_archive || r->hash != hash || r->size != p.size || r->loader != loader) continue;
-    if (!r->loaded && !load_record(*r).ok()) return false;  // the process's own load goes ahead
+    if (!r->from_archive || r->load_failed || r->hash != hash || r->size != p.size || r->loader != loader) continue;
+    if (!r->loaded && !load_lazy_record(*r).ok()) return false;  // the process's own load goes ahead
     if (loader == Loader::kLibrary && !r->libraries.empty()) *handle = r->libraries.front();
     else if (loader == Loader::kModule && !r->modules.empty()) *handle = r->modules.front();
     else continue;
@@ -232,14 +232,17 @@ Status Registry::record_at(uint64_t index, foundry_image_record* out) {
 }
 
 ImageRecord* Registry::by_hash(uint64_t hash) {
+  // A record with handles first, then an archived one not loaded yet, then any other.
+  ImageRecord* lazy = nullptr;
   ImageRecord* fallback = nullptr;
   for (auto& r : records_) {
     ensure_hashed(*r);
-    if (r->hash != hash) continue;
-    if (!r->libraries.empty() || !r->modules.empty()) return r.get();  // prefer a loaded one
-    fallback = r.get();
+    if (r->hash != hash || r->load_failed) continue;
+    if (!r->libraries.empty() || !r->modules.empty()) return r.get();
+    if (r->from_archive && !r->loaded) lazy = r.get();
+    else fallback = r.get();
   }
-  return fallback;
+  return lazy != nullptr ? lazy : fallback;
 }
 
 Result<std::string> Registry::entry_name(uint64_t hash, uint32_t i) {
@@ -317,7 +320,7 @@ Result<CUfunction> Registry::resolve(uint64_t hash, const std::string& name) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   ImageRecord* r = by_hash(hash);
   if (r == nullptr) return Error(FOUNDRY_ERR_NOT_FOUND, "image " + hash_name(hash) + " is not loaded (is it in the archive?)");
-  if (!r->loaded) FOUNDRY_RETURN_IF_ERROR(load_record(*r));
+  if (!r->loaded) FOUNDRY_RETURN_IF_ERROR(load_lazy_record(*r));
   auto cached = r->resolved.find(name);
   if (cached != r->resolved.end()) return cached->second;
   const Driver* d = driver_if_open();
@@ -419,15 +422,6 @@ Status Registry::load_one(const std::string& path, bool lazy, bool* skipped) {
   auto file = read_image_file(path);
   if (!file.ok()) return file.status();
   ImageFileInfo& info = file.value();
-  {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    for (auto& existing : records_) {
-      if (existing->from_archive && existing->hash == info.hash) {
-        *skipped = true;
-        return Status::Ok();
-      }
-    }
-  }
   auto r = std::make_unique<ImageRecord>();
   r->entries = std::move(info.entries);
   std::sort(r->entries.begin(), r->entries.end());  // check_entry searches them
@@ -444,17 +438,35 @@ Status Registry::load_one(const std::string& path, bool lazy, bool* skipped) {
   r->from_archive = true;
   r->loaded = false;
   r->path = path;
+  driver_if_open()->cuCtxGetCurrent(&r->ctx);
+  // Read before: nothing to do, unless this eager read finds it read lazily and not loaded yet.
+  auto previous = [&]() -> ImageRecord* {
+    for (auto& existing : records_)
+      if (existing->from_archive && !existing->load_failed && existing->hash == r->hash) return existing.get();
+    return nullptr;
+  };
+  {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    ImageRecord* before = previous();
+    if (before != nullptr && (lazy || before->loaded)) {
+      *skipped = true;
+      return Status::Ok();
+    }
+  }
+  // Eager: the driver load runs outside the lock (a slow one must not hold up the process's own
+  // loads on other threads); the record goes in only once loaded.
+  if (!lazy) FOUNDRY_RETURN_IF_ERROR(load_record(*r));
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  ImageRecord& record = *r;
+  if (ImageRecord* before = previous()) {  // read meanwhile, or read lazily before
+    *skipped = lazy || before->loaded;  // loading a lazily read one counts as loading it
+    if (!lazy && !before->loaded) return adopt_handles(*before, *r);
+    if (!lazy) unload_record(*r);
+    return Status::Ok();
+  }
+  if (!lazy) register_handles(*r);
   records_.push_back(std::move(r));
   ++archived_count_;
-  if (lazy) return Status::Ok();
-  Status s = load_record(record);
-  if (!s.ok()) {  // as if never read: a later load of this directory tries again
-    records_.pop_back();
-    --archived_count_;
-  }
-  return s;
+  return Status::Ok();
 }
 
 Status Registry::load_record(ImageRecord& rec) {
@@ -477,7 +489,7 @@ Status Registry::load_record(ImageRecord& rec) {
     code = w;
   }
   const Driver* d = driver_if_open();
-  if (r->loader == Loader::kLibrary) {
+  if (r->loader == Loader::kLibrary) {  // a library is not bound to a context
     CUlibrary lib = nullptr;
     // The bytes stay alive in the record, so the driver need not keep its own copy.
     CUlibraryOption opt = CU_LIBRARY_BINARY_IS_PRESERVED;
@@ -487,15 +499,56 @@ Status Registry::load_record(ImageRecord& rec) {
                                        ("cuLibraryLoadData of " + path).c_str()));
     r->libraries.push_back(lib);
   } else {
+    // A module belongs to a context: LOAD's, also when a lazy record is loaded from another thread.
+    CUcontext current = nullptr;
+    d->cuCtxGetCurrent(&current);
+    bool push = r->ctx != nullptr && r->ctx != current;
+    if (push) FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuCtxPushCurrent(r->ctx), "cuCtxPushCurrent"));
     CUmodule mod = nullptr;
-    FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuModuleLoadData(&mod, code), ("cuModuleLoadData of " + path).c_str()));
+    CUresult res = d->cuModuleLoadData(&mod, code);
+    if (push) d->cuCtxPopCurrent(&current);
+    FOUNDRY_RETURN_IF_ERROR(cuda_check(res, ("cuModuleLoadData of " + path).c_str()));
     r->modules.push_back(mod);
   }
-  void* handle = r->loader == Loader::kLibrary ? static_cast<void*>(r->libraries.front()) : static_cast<void*>(r->modules.front());
-  by_handle_[handle] = r;
-  if (r->loader == Loader::kModule) by_module_[r->modules.front()] = r;
   r->loaded = true;
   return Status::Ok();
+}
+
+void Registry::register_handles(ImageRecord& r) {
+  void* handle = r.loader == Loader::kLibrary ? static_cast<void*>(r.libraries.front()) : static_cast<void*>(r.modules.front());
+  by_handle_[handle] = &r;
+  if (r.loader == Loader::kModule) by_module_[r.modules.front()] = &r;
+}
+
+Status Registry::adopt_handles(ImageRecord& into, ImageRecord& from) {
+  into.modules = std::move(from.modules);
+  into.libraries = std::move(from.libraries);
+  into.wrapper_storage = std::move(from.wrapper_storage);
+  into.owned.swap(from.owned);  // the bytes the driver was given stay with the handles
+  into.segments.swap(from.segments);
+  into.loaded = true;
+  register_handles(into);
+  return Status::Ok();
+}
+
+void Registry::unload_record(ImageRecord& r) {
+  const Driver* d = driver_if_open();
+  for (CUlibrary l : r.libraries) d->cuLibraryUnload(l);
+  for (CUmodule m : r.modules) d->cuModuleUnload(m);
+  r.libraries.clear();
+  r.modules.clear();
+}
+
+Status Registry::load_lazy_record(ImageRecord& r) {
+  Status s = load_record(r);
+  if (s.ok()) {
+    register_handles(r);
+    return s;
+  }
+  r.load_failed = true;
+  LOG_WARNING("archived image %s could not be loaded (%s); its kernels come from the process's own load, if any",
+              hash_name(r.hash).c_str(), s.message().c_str());
+  return s;
 }
 
 Result<uint64_t> Registry::load_dir(const std::string& dir, bool lazy) {
@@ -528,8 +581,8 @@ Result<uint64_t> Registry::init_nvshmem() {
   auto library_init = reinterpret_cast<LibraryInit>(real_dlsym(RTLD_DEFAULT, "nvshmemx_culibrary_init"));
   uint64_t done = 0;
   for (auto& r : records_) {
-    if (!r->from_archive || r->nvshmem <= 0) continue;
-    if (!r->loaded) FOUNDRY_RETURN_IF_ERROR(load_record(*r));
+    if (!r->from_archive || r->nvshmem <= 0 || r->load_failed) continue;
+    if (!r->loaded) FOUNDRY_RETURN_IF_ERROR(load_lazy_record(*r));
     if (r->loader == Loader::kLibrary) {
       if (library_init == nullptr) return Error(FOUNDRY_ERR_NOT_FOUND, "an archived image needs NVSHMEM, but nvshmemx_culibrary_init is not loaded in this process");
       for (CUlibrary l : r->libraries) {

@@ -49,6 +49,8 @@ struct ImageRecord {
   int nvshmem = -1;  // -1 unknown
   bool from_archive = false;
   bool loaded = true;  // false: an archived image read and checked, handed to the driver at first need
+  bool load_failed = false;  // a lazy load the driver refused: the record is dead (the process's own load replaces it)
+  CUcontext ctx = nullptr;   // the context a lazily loaded module goes into (LOAD's, not the first user's)
   bool library_modules_known = false;  // its libraries' modules are in Registry::by_module_
   std::string path;    // the archived file, named in errors
   std::unordered_map<std::string, CUfunction> resolved;
@@ -92,8 +94,15 @@ class Registry {
   Status ensure_entries(ImageRecord& r);
   ImageRecord* find_by_module(CUmodule mod);
   Status load_one(const std::string& path, bool lazy, bool* skipped);
-  // Hands an archived image read by load_one to the driver (caller holds mu_).
+  // Hands an archived image read by load_one to the driver, into the record's context. Lazy
+  // records are loaded with mu_ held (a first resolve or the process's identical load waits).
   Status load_record(ImageRecord& r);
+  // A lazy record at first need: loaded, or marked dead with a warning when the driver refuses it.
+  Status load_lazy_record(ImageRecord& r);
+  void register_handles(ImageRecord& r);  // caller holds mu_
+  // Gives `into` (a lazy record) the handles and bytes `from` was loaded with (caller holds mu_).
+  Status adopt_handles(ImageRecord& into, ImageRecord& from);
+  void unload_record(ImageRecord& r);  // a duplicate loaded by a racing reader
 
   std::recursive_mutex mu_;
   std::vector<std::unique_ptr<ImageRecord>> records_;
