@@ -120,11 +120,37 @@ Status GraphSet::ensure_delta(size_t i) {
   return s;
 }
 
+namespace {
+
+bool same_kernel(const KernelNode& a, const KernelNode& b) { return a.image_hash == b.image_hash && a.name == b.name; }
+
+int32_t dynamic_shared_need(const KernelNode& k) { return std::max(k.func.max_dynamic_shared, static_cast<int32_t>(k.shared_mem)); }
+
+// The delta's kernel nodes that ask for more than their template node: another kernel, or more
+// dynamic shared memory (a template's own kernels are taken care of when it is built).
+std::vector<const KernelNode*> beyond_template(const GraphModel& t, const std::vector<NodeDelta>& delta) {
+  std::vector<const KernelNode*> out;
+  for (const NodeDelta& d : delta) {
+    if (d.value.kind != NodeKind::kKernel) continue;
+    const KernelNode& k = d.value.kernel;
+    const KernelNode& base = t.nodes[d.node].kernel;
+    if (!same_kernel(k, base) || dynamic_shared_need(k) > dynamic_shared_need(base)) out.push_back(&k);
+  }
+  return out;
+}
+
+}  // namespace
+
 Status GraphSet::check_kernels_exist() const {
   std::set<std::pair<uint64_t, std::string_view>> kernels;
-  for_each_node(payload_, [&kernels](const Node& n) {
-    if (n.kind == NodeKind::kKernel) kernels.emplace(n.kernel.image_hash, n.kernel.name);
-  });
+  std::function<void(const GraphModel&)> walk = [&](const GraphModel& g) {
+    for (const Node& n : g.nodes) if (n.kind == NodeKind::kKernel) kernels.emplace(n.kernel.image_hash, n.kernel.name);
+    for (const GraphModel& c : g.children) walk(c);
+  };
+  for (const GraphModel& t : payload_.templates) walk(t);
+  for (const PayloadMember& m : payload_.members)  // deltas mostly keep their template node's kernel
+    for (const KernelNode* k : beyond_template(payload_.templates[m.template_index], m.delta))
+      kernels.emplace(k->image_hash, k->name);
   for (const auto& [hash, name] : kernels) FOUNDRY_RETURN_IF_ERROR(Registry::instance().check_entry(hash, std::string(name)));
   return Status::Ok();
 }
@@ -133,7 +159,7 @@ Status GraphSet::require_function_attrs(const std::vector<const KernelNode*>& no
   // One entry per kernel (a graph launches each many times), then the lock once.
   std::map<std::pair<uint64_t, std::string_view>, std::pair<int32_t, const KernelNode*>> needs;
   for (const KernelNode* k : nodes) {
-    int32_t need = std::max(k->func.max_dynamic_shared, static_cast<int32_t>(k->shared_mem));
+    int32_t need = dynamic_shared_need(*k);
     auto [it, fresh] = needs.try_emplace({k->image_hash, k->name}, need, k);
     if (!fresh) it->second.first = std::max(it->second.first, need);
   }
@@ -161,10 +187,9 @@ Status GraphSet::require_function_attrs(const GraphModel& g) {
   return require_function_attrs(kernels);
 }
 
-Status GraphSet::require_function_attrs(const std::vector<NodeDelta>& delta) {
-  std::vector<const KernelNode*> kernels;
-  for (const NodeDelta& d : delta) if (d.value.kind == NodeKind::kKernel) kernels.push_back(&d.value.kernel);
-  return require_function_attrs(kernels);
+Status GraphSet::require_function_attrs(size_t i) {
+  const PayloadMember& m = payload_.members[i];
+  return require_function_attrs(beyond_template(payload_.templates[m.template_index], m.delta));
 }
 
 Status GraphSet::ensure_built(uint32_t t) {
@@ -195,7 +220,7 @@ Result<CUgraph> GraphSet::template_graph(size_t i) {
   uint32_t t = payload_.members[i].template_index;
   std::lock_guard<std::mutex> mlock(members_[i]->mu);
   FOUNDRY_RETURN_IF_ERROR(ensure_delta(i));
-  FOUNDRY_RETURN_IF_ERROR(require_function_attrs(payload_.members[i].delta));
+  FOUNDRY_RETURN_IF_ERROR(require_function_attrs(i));
   std::lock_guard<std::mutex> lock(templates_[t]->mu);
   FOUNDRY_RETURN_IF_ERROR(ensure_built(t));
   FOUNDRY_RETURN_IF_ERROR(switch_to(i, &templates_[t]->work));
@@ -287,7 +312,7 @@ Status GraphSet::instantiate(size_t i) {
   std::lock_guard<std::mutex> lock(m.mu);
   if (m.exec.load(std::memory_order_relaxed) != nullptr) return Status::Ok();
   FOUNDRY_RETURN_IF_ERROR(ensure_delta(i));
-  FOUNDRY_RETURN_IF_ERROR(require_function_attrs(payload_.members[i].delta));
+  FOUNDRY_RETURN_IF_ERROR(require_function_attrs(i));
   uint32_t index = payload_.members[i].template_index;
   Template& t = *templates_[index];
   std::lock_guard<std::mutex> tlock(t.mu);
@@ -334,7 +359,7 @@ Status GraphSet::instantiate_all(int threads) {
           std::lock_guard<std::mutex> lock(m.mu);
           if (m.exec.load(std::memory_order_relaxed) != nullptr) continue;
           FOUNDRY_RETURN_IF_ERROR(ensure_delta(i));
-          FOUNDRY_RETURN_IF_ERROR(require_function_attrs(payload_.members[i].delta));
+          FOUNDRY_RETURN_IF_ERROR(require_function_attrs(i));
           FOUNDRY_RETURN_IF_ERROR(instantiate_from(i, &clones[t]));
         }
         return Status::Ok();

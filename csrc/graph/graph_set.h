@@ -86,7 +86,7 @@ class GraphSet {
   // Sets the function attributes the nodes' kernels need before they go into a CUgraph: once per
   // kernel, and again only when a later graph needs more dynamic shared memory.
   Status require_function_attrs(const GraphModel& g);
-  Status require_function_attrs(const std::vector<NodeDelta>& delta);
+  Status require_function_attrs(size_t member);  // what member's delta needs beyond its template
   Status require_function_attrs(const std::vector<const KernelNode*>& kernels);
   // Gives graph member i's NCCL kernel nodes their live parameters (before it is instantiated).
   Status apply_collectives(size_t i, const std::vector<CUgraphNode>& nodes);
