@@ -6,7 +6,7 @@ CUgraph and each restored graph's template CUgraph (holding that graph's values)
 and compares: node and edge counts, kernel function handles node by node, nodes carrying
 launch attributes, and the instantiation time of each, of a driver clone of each, and of the
 captured graph after a round trip through cuGraphKernelNodeSetParams on every kernel node.
-Last, it instantiates one graph 256 times keeping every exec, timing each block of 32.
+(What keeping every exec alive costs, in a process with or without Foundry: instantiate_floor.py.)
 
 Usage: foundry run -- python scripts/instantiate_probe.py [SIZES...]   (a GPU machine)
 """
@@ -142,19 +142,6 @@ def main() -> None:
         reset_kernel_params(c2)
         row["instantiate_s"]["captured_after_set_params"] = instantiate_s(c2)
         print(json.dumps(row), flush=True)
-    # Does instantiation slow down as executable graphs accumulate (LOAD keeps one per graph)?
-    g = int(graphs[sizes[0]].raw_cuda_graph())
-    live, blocks = [], []
-    for _ in range(8):
-        t = time.perf_counter()
-        for _ in range(32):
-            e = ctypes.c_void_p()
-            check(cuda.cuGraphInstantiateWithFlags(ctypes.byref(e), ctypes.c_void_p(g), ctypes.c_ulonglong(0)), "instantiate")
-            live.append(e)
-        blocks.append(round((time.perf_counter() - t) / 32 * 1e3, 3))
-    for e in live:
-        cuda.cuGraphExecDestroy(e)
-    print(json.dumps({"ms_per_instantiation_per_32_live_execs": blocks}), flush=True)
 
 
 if __name__ == "__main__":
