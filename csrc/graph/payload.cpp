@@ -1,13 +1,12 @@
 #include "graph/payload.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <functional>
-#include <thread>
 
 #include "archive/bytes.h"
 #include "archive/container.h"
+#include "common/parallel.h"
 #include "graph/serialize.h"
 
 namespace foundry {
@@ -19,25 +18,24 @@ constexpr uint32_t kSectionMember = 3;
 constexpr uint32_t kSectionNames = 4;
 constexpr size_t kMaxName = 4096;
 constexpr uint32_t kMaxGraphs = 1 << 20;
-constexpr size_t kSectionsPerThread = 16;  // fewer sections than this per thread: parse serially
+// Sections are decoded on several threads when there are many of them or many bytes in them: a
+// template of a few thousand nodes takes milliseconds, so 27 of them are worth spreading out.
+constexpr size_t kSectionsPerThread = 16;
+constexpr uint64_t kBytesPerThread = 256 << 10;
 
-// Runs parse(i) for every i < n, on several threads when there is enough to share (sections are
-// independent); the error of the lowest index wins, as a serial parse would report it.
-Status for_each_section(size_t n, const std::function<Status(size_t)>& parse) {
-  size_t threads = std::min<size_t>({n / kSectionsPerThread, std::max(1u, std::thread::hardware_concurrency()), 8});
-  if (threads <= 1) {
+// Runs parse(i) for every section i, on several threads when there is enough to share (sections
+// are independent); the error of the lowest index wins, as a serial parse would report it.
+Status for_each_section(const std::vector<const Section*>& sections, const std::function<Status(size_t)>& parse) {
+  const size_t n = sections.size();
+  uint64_t bytes = 0;
+  for (const Section* s : sections) bytes += s->size;
+  size_t threads = work_threads(std::max<uint64_t>(n / kSectionsPerThread, bytes / kBytesPerThread));
+  if (threads <= 1 || n <= 1) {
     for (size_t i = 0; i < n; ++i) FOUNDRY_RETURN_IF_ERROR(parse(i));
     return Status::Ok();
   }
   std::vector<Status> results(n);
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> pool;
-  for (size_t w = 0; w < threads; ++w) {
-    pool.emplace_back([&] {
-      for (size_t i; (i = next.fetch_add(1)) < n;) results[i] = parse(i);
-    });
-  }
-  for (std::thread& t : pool) t.join();
+  parallel_for(n, threads, [&](size_t i) { results[i] = parse(i); });
   for (const Status& st : results) FOUNDRY_RETURN_IF_ERROR(st);
   return Status::Ok();
 }
@@ -204,7 +202,7 @@ Result<Payload> parse_payload(const Container& c, const std::string& path, Delta
                                          std::to_string(templates.size()) + " and " + std::to_string(members.size()));
   }
   p.templates.resize(templates.size());
-  FOUNDRY_RETURN_IF_ERROR(for_each_section(templates.size(), [&](size_t t) -> Status {
+  FOUNDRY_RETURN_IF_ERROR(for_each_section(templates, [&](size_t t) -> Status {
     ByteReader r(c.data(*templates[t]));
     Status st = read_graph(r, &p.templates[t], 0, &names);
     if (!st.ok()) return Error(st.code(), path + ": template " + std::to_string(t) + ": " + st.message());
@@ -222,7 +220,7 @@ Result<Payload> parse_payload(const Container& c, const std::string& path, Delta
   for (size_t i = 0; later && version != 2 && i < members.size(); ++i) room[i + 1] = room[i] + members[i]->size;
   p.pending_bytes.resize(room.back());
   p.members.resize(members.size());
-  FOUNDRY_RETURN_IF_ERROR(for_each_section(members.size(), [&](size_t i) {
+  FOUNDRY_RETURN_IF_ERROR(for_each_section(members, [&](size_t i) {
     uint8_t* pending = room.back() ? p.pending_bytes.data() + room[i] : nullptr;
     return parse_member(c.data(*members[i]), p, version, pending, path, i, &p.members[i]);
   }));
