@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,9 @@ class Container {
   const Section* find(uint32_t type) const;
   std::vector<const Section*> find_all(uint32_t type) const;
   ByteSpan data(const Section& section) const;
+  // The file read_file read, held open for reading a section again later (OpenFile::read_at at
+  // the section's offset, then its checksum); null for a container parsed from memory.
+  const std::shared_ptr<const OpenFile>& file() const { return bytes_.file(); }
   // A reader over the first section of this type; FOUNDRY_ERR_NOT_FOUND when there is none.
   Result<ByteReader> reader(uint32_t type) const;
 

@@ -14,11 +14,6 @@
 namespace foundry {
 namespace {
 
-struct Fd {
-  int fd;
-  ~Fd() { ::close(fd); }
-};
-
 bool mapping_allowed() {
   const char* v = std::getenv("FOUNDRY_READ_MAP");
   return v == nullptr || std::strcmp(v, "0") != 0;
@@ -63,6 +58,27 @@ const uint8_t* map_file(int fd, size_t size) {
 
 }  // namespace
 
+OpenFile::~OpenFile() { ::close(fd_); }
+
+Status OpenFile::read_at(uint64_t offset, size_t n, uint8_t* out, const std::string& name) const {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t got = ::pread(fd_, out + done, n - done, static_cast<off_t>(offset + done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return Error(FOUNDRY_ERR_IO, name + ": read failed at offset " + std::to_string(offset + done) + ": " +
+                                       std::strerror(errno));
+    }
+    if (got == 0) {
+      return Error(FOUNDRY_ERR_IO, name + ": the file ends at offset " + std::to_string(offset + done) + ", before the " +
+                                       std::to_string(n) + " bytes at " + std::to_string(offset) +
+                                       " it had when opened (truncated since)");
+    }
+    done += static_cast<size_t>(got);
+  }
+  return Status::Ok();
+}
+
 FileBytes::FileBytes(std::vector<uint8_t> owned)
     : owned_(std::move(owned)), data_(owned_.data()), size_(owned_.size()) {}
 
@@ -74,6 +90,7 @@ FileBytes& FileBytes::operator=(FileBytes&& other) noexcept {
   if (this == &other) return *this;
   release();
   // A moved vector keeps its heap buffer, so data_ stays valid for owned bytes too.
+  file_ = std::move(other.file_);
   owned_ = std::move(other.owned_);
   data_ = other.data_;
   size_ = other.size_;
@@ -86,6 +103,7 @@ FileBytes& FileBytes::operator=(FileBytes&& other) noexcept {
 
 void FileBytes::release() {
   if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  file_.reset();
   owned_.clear();
   data_ = nullptr;
   size_ = 0;
@@ -102,7 +120,14 @@ Result<FileBytes> FileBytes::read(const std::string& path, uint64_t max_size) {
     if (err == ELOOP) return Error(FOUNDRY_ERR_IO, path + ": is a symbolic link; refusing to follow it");
     return Error(FOUNDRY_ERR_IO, path + ": cannot open: " + std::strerror(err));
   }
-  Fd closer{fd};
+  // Owned from here on: closed on every error below, and kept open with the bytes read.
+  std::shared_ptr<const OpenFile> file;
+  try {
+    file = std::make_shared<OpenFile>(fd);
+  } catch (const std::bad_alloc&) {
+    ::close(fd);
+    return Error(FOUNDRY_ERR_IO, path + ": out of memory");
+  }
   struct stat st;
   if (::fstat(fd, &st) != 0) return Error(FOUNDRY_ERR_IO, path + ": cannot stat: " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) return Error(FOUNDRY_ERR_IO, path + ": not a regular file");
@@ -115,11 +140,13 @@ Result<FileBytes> FileBytes::read(const std::string& path, uint64_t max_size) {
     out.data_ = p;
     out.size_ = static_cast<size_t>(size);
     out.mapped_ = true;
-    return Result<FileBytes>(std::move(out));
+  } else {
+    std::vector<uint8_t> bytes;
+    FOUNDRY_RETURN_IF_ERROR(copy_file(fd, path, static_cast<size_t>(size), &bytes));
+    out = FileBytes(std::move(bytes));
   }
-  std::vector<uint8_t> bytes;
-  FOUNDRY_RETURN_IF_ERROR(copy_file(fd, path, static_cast<size_t>(size), &bytes));
-  return Result<FileBytes>(FileBytes(std::move(bytes)));
+  out.file_ = std::move(file);
+  return Result<FileBytes>(std::move(out));
 }
 
 }  // namespace foundry

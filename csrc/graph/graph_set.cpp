@@ -27,7 +27,8 @@ Result<std::unique_ptr<GraphSet>> GraphSet::open(const std::string& payload_path
   auto t0 = std::chrono::steady_clock::now();
   auto container = Container::read_file(payload_path);
   if (!container.ok()) return container.status();
-  auto payload = parse_payload(container.value(), payload_path, deltas);  // pending deltas are copied out
+  // Pending deltas are read again from the file (held open) and checked at first use.
+  auto payload = parse_payload(container.value(), payload_path, deltas);
   if (!payload.ok()) return payload.status();
   std::unique_ptr<GraphSet> set(new GraphSet());
   set->path_ = payload_path;

@@ -1,11 +1,13 @@
 #include "graph/payload.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 
 #include "archive/bytes.h"
 #include "archive/container.h"
+#include "common/hash.h"
 #include "common/parallel.h"
 #include "graph/serialize.h"
 
@@ -58,6 +60,12 @@ const Node* event_out_of_range(const GraphModel& g, uint32_t event_count) {
   return nullptr;
 }
 
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
 std::string graph_label(const std::string& path, size_t i, const std::string& name) {
   return path + ": graph " + std::to_string(i) + (name.empty() ? "" : " (" + name + ")");
 }
@@ -90,10 +98,11 @@ Status trailing_bytes(const ByteReader& r, const std::string& path, size_t i, co
                                        " bytes after the graph entry");
 }
 
-// Version 3: name, template, region blocks, delta (with `later`, copied to `pending` unread).
+// Version 3: name, template, region blocks, delta (with `later`, left unread: copied to
+// `copy_to` when there is one, else found again in the section at first use).
 // Version 2: the delta before the blocks, so it is always read.
-Status parse_member(ByteSpan bytes, const Payload& p, uint32_t version, uint8_t* pending, const std::string& path,
-                    size_t i, PayloadMember* out) {
+Status parse_member(ByteSpan bytes, const Payload& p, uint32_t version, bool later, uint8_t* copy_to,
+                    const std::string& path, size_t i, PayloadMember* out) {
   ByteReader r(bytes);
   PayloadMember m;
   r.string(&m.name, kMaxName);
@@ -107,12 +116,12 @@ Status parse_member(ByteSpan bytes, const Payload& p, uint32_t version, uint8_t*
   if (version == 2) FOUNDRY_RETURN_IF_ERROR(read_member_delta(r, p, i, path, &m));
   Status refs = read_refs(r, &m.refs);
   if (!refs.ok()) return Error(refs.code(), graph_label(path, i, m.name) + ": " + refs.message());
-  if (version != 2 && pending != nullptr) {
-    m.pending_offset = static_cast<size_t>(pending - p.pending_bytes.data());
+  if (version != 2 && later) {
+    m.pending_offset = copy_to ? static_cast<size_t>(copy_to - p.pending_bytes.data()) : r.offset();
     m.pending_size = r.remaining();
     ByteSpan rest;
     r.bytes(r.remaining(), &rest);
-    if (rest.size) std::memcpy(pending, rest.data, rest.size);
+    if (copy_to && rest.size) std::memcpy(copy_to, rest.data, rest.size);
     m.delta_pending = true;
   } else if (version != 2) {
     FOUNDRY_RETURN_IF_ERROR(read_member_delta(r, p, i, path, &m));
@@ -215,14 +224,22 @@ Result<Payload> parse_payload(const Container& c, const std::string& path, Delta
   // Every NCCL launch is made again at open, in archive order: such a payload is read whole.
   bool later = deltas == DeltaRead::kLater &&
                std::none_of(p.templates.begin(), p.templates.end(), [](const GraphModel& g) { return has_collectives(g); });
-  // A member's pending delta is at most its section: each gets that much room, in file order.
+  later = later && version != 2;
+  // Pending deltas of a file are read from it again at first use; those of a container parsed
+  // from memory are copied out. A member's pending delta is at most its section: each gets that
+  // much room, in file order.
+  if (later && c.file()) p.pending_file = c.file();
+  const bool copy = later && !p.pending_file;
   std::vector<size_t> room(members.size() + 1, 0);
-  for (size_t i = 0; later && version != 2 && i < members.size(); ++i) room[i + 1] = room[i] + members[i]->size;
+  for (size_t i = 0; copy && i < members.size(); ++i) room[i + 1] = room[i] + members[i]->size;
   p.pending_bytes.resize(room.back());
   p.members.resize(members.size());
   FOUNDRY_RETURN_IF_ERROR(for_each_section(members, [&](size_t i) {
-    uint8_t* pending = room.back() ? p.pending_bytes.data() + room[i] : nullptr;
-    return parse_member(c.data(*members[i]), p, version, pending, path, i, &p.members[i]);
+    uint8_t* copy_to = copy ? p.pending_bytes.data() + room[i] : nullptr;
+    PayloadMember& m = p.members[i];
+    FOUNDRY_RETURN_IF_ERROR(parse_member(c.data(*members[i]), p, version, later, copy_to, path, i, &m));
+    m.section_offset = members[i]->offset, m.section_size = members[i]->size, m.section_checksum = members[i]->checksum;
+    return Status::Ok();
   }));
   return p;
 }
@@ -230,9 +247,26 @@ Result<Payload> parse_payload(const Container& c, const std::string& path, Delta
 Status read_pending_delta(Payload* p, size_t i, const std::string& path) {
   PayloadMember& m = p->members.at(i);
   if (!m.delta_pending) return Status::Ok();
-  ByteReader r(p->pending_bytes.data() + m.pending_offset, m.pending_size);
-  FOUNDRY_RETURN_IF_ERROR(read_member_delta(r, *p, i, path + " (read at first use)", &m));
-  FOUNDRY_RETURN_IF_ERROR(trailing_bytes(r, path + " (read at first use)", i, m.name));
+  const std::string where = path + " (read at first use)";
+  std::vector<uint8_t, DefaultInitAllocator<uint8_t>> section;
+  ByteReader r;
+  if (!p->pending_file) {
+    r = ByteReader(p->pending_bytes.data() + m.pending_offset, m.pending_size);
+  } else {
+    // The member's whole section, as it was when its checksum was checked at open, or refused.
+    section.resize(static_cast<size_t>(m.section_size));
+    FOUNDRY_RETURN_IF_ERROR(p->pending_file->read_at(m.section_offset, section.size(), section.data(),
+                                                     graph_label(where, i, m.name)));
+    uint64_t computed = hash64(section.data(), section.size());
+    if (computed != m.section_checksum) {
+      return Error(FOUNDRY_ERR_MISMATCH, graph_label(where, i, m.name) + ": checksum mismatch (stored " +
+                                             hex(m.section_checksum) + ", computed " + hex(computed) +
+                                             "): the file changed after it was opened; the graph is refused");
+    }
+    r = ByteReader(section.data() + m.pending_offset, m.pending_size);
+  }
+  FOUNDRY_RETURN_IF_ERROR(read_member_delta(r, *p, i, where, &m));
+  FOUNDRY_RETURN_IF_ERROR(trailing_bytes(r, where, i, m.name));
   m.delta_pending = false;
   return Status::Ok();
 }

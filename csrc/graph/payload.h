@@ -30,10 +30,13 @@ struct PayloadMember {
   uint32_t template_index = 0;  // into Payload::templates
   std::vector<NodeDelta> delta;
   std::vector<RegionRef> refs;
-  // Left by parse_payload(DeltaRead::kLater): the delta's encoded bytes, at this offset of
-  // Payload::pending_bytes.
+  // Left by parse_payload(DeltaRead::kLater): the delta's encoded bytes, pending_size bytes at
+  // pending_offset of Payload::pending_bytes or, when Payload::pending_file is set, of this
+  // member's container section, which read_pending_delta reads again from the file (its bytes at
+  // section_offset) and checks against section_checksum, the checksum it matched at open.
   bool delta_pending = false;
   size_t pending_offset = 0, pending_size = 0;
+  uint64_t section_offset = 0, section_size = 0, section_checksum = 0;
 };
 
 // An allocator whose resize() leaves new elements default-initialised (for bytes: not written),
@@ -63,10 +66,14 @@ struct Payload {
   uint32_t event_count = 0;
   std::vector<GraphModel> templates;
   std::vector<PayloadMember> members;
-  // The deltas parse_payload(kLater) left unread, copied out of the file once its checksums were
-  // checked: a file changed or truncated later cannot change or fault what is read. Not zeroed
-  // first (zeroing 80 MB took longer than copying into it): each member's delta is copied in
-  // whole, and only those bytes are ever read.
+  // Where the deltas parse_payload(kLater) left unread are. From a container read from a file
+  // (Container::read_file): nothing is copied at open; each is read again from the file, held
+  // open here, at first use and refused unless it has the checksum the file had at open (a file
+  // changed or truncated in place since cannot change or fault what is read; one replaced by
+  // rename is still read through this descriptor). From a container parsed from memory: copied
+  // out into pending_bytes once its checksums were checked, not zeroed first (each member's delta
+  // is copied in whole, and only those bytes are ever read).
+  std::shared_ptr<const OpenFile> pending_file;
   std::vector<uint8_t, DefaultInitAllocator<uint8_t>> pending_bytes;
 };
 

@@ -1,6 +1,7 @@
 // The payload file: write_payload / read_payload round trip at a size parsed on several threads,
 // errors reported for the first bad section in file order, as a serial parse would, deltas read
 // later (lazy LOAD), and version 2 files.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -251,4 +252,108 @@ TEST_CASE("a version 2 payload (blocks after the delta) is still read") {
   CHECK(!m.delta_pending);
   CHECK_EQ(m.delta.at(0).value.kernel.grid[0], 501u);
   CHECK_EQ(m.refs.at(0).offset, 2 * 8192ull);
+}
+
+namespace {
+
+std::string later_path(const std::string& tag) {
+  return "/tmp/foundry-test-" + tag + "-" + std::to_string(::getpid()) + ".fgr";
+}
+
+// two_members() written to `path`, read back with its deltas left for later; the container is
+// dropped (as GraphSet::open drops it), so nothing of the file stays mapped.
+Result<Payload> later_from_file(const std::string& path) {
+  if (Status s = write_payload(path, two_members()); !s.ok()) return s;
+  auto c = Container::read_file(path);
+  if (!c.ok()) return c.status();
+  return parse_payload(c.value(), path, DeltaRead::kLater);
+}
+
+}  // namespace
+
+TEST_CASE("deltas read later from a file: nothing copied at open, each read again at first use") {
+  std::string path = later_path("reread");
+  auto later = later_from_file(path);
+  CHECK(later.ok());
+  if (!later.ok()) return;
+  Payload& p = later.value();
+  CHECK(p.pending_file != nullptr);
+  CHECK(p.pending_bytes.empty());
+  CHECK(p.members[0].delta_pending && p.members[1].delta_pending);
+  CHECK(read_pending_delta(&p, 1, path).ok());
+  CHECK(read_pending_delta(&p, 0, path).ok());
+  CHECK_EQ(p.members[0].delta.at(0).value.kernel.grid[0], 500u);
+  CHECK_EQ(p.members[1].delta.at(0).value.kernel.grid[0], 501u);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("a pending delta whose file was changed in place after open is refused at first use") {
+  std::string path = later_path("changed");
+  auto later = later_from_file(path);
+  CHECK(later.ok());
+  if (!later.ok()) return;
+  Payload& p = later.value();
+  const PayloadMember& m = p.members[1];
+  // The last byte of graph 1's section: inside its delta, which was not decoded at open.
+  int fd = ::open(path.c_str(), O_WRONLY);
+  CHECK(fd >= 0);
+  uint8_t flipped = 0xee;
+  CHECK(::pwrite(fd, &flipped, 1, static_cast<off_t>(m.section_offset + m.section_size - 1)) == 1);
+  ::close(fd);
+  Status s = read_pending_delta(&p, 1, path);
+  CHECK(!s.ok() && s.code() == FOUNDRY_ERR_MISMATCH);
+  CHECK(s.message().find("graph 1 (bs=1): checksum mismatch") != std::string::npos);
+  CHECK(s.message().find("the file changed after it was opened") != std::string::npos);
+  CHECK(p.members[1].delta_pending && p.members[1].delta.empty());
+  CHECK(read_pending_delta(&p, 0, path).ok());  // graph 0's section is as it was
+  std::remove(path.c_str());
+}
+
+TEST_CASE("a pending delta whose file was truncated in place after open is an error, not a fault") {
+  std::string path = later_path("truncated");
+  auto later = later_from_file(path);
+  CHECK(later.ok());
+  if (!later.ok()) return;
+  Payload& p = later.value();
+  CHECK(::truncate(path.c_str(), static_cast<off_t>(p.members[1].section_offset + 1)) == 0);
+  Status s = read_pending_delta(&p, 1, path);
+  CHECK(!s.ok() && s.code() == FOUNDRY_ERR_IO);
+  CHECK(s.message().find("truncated since") != std::string::npos);
+  CHECK(read_pending_delta(&p, 0, path).ok());  // before the cut
+  std::remove(path.c_str());
+}
+
+TEST_CASE("a pending delta is still read after a SAVE replaced the file") {
+  std::string path = later_path("replaced");
+  auto later = later_from_file(path);
+  CHECK(later.ok());
+  if (!later.ok()) return;
+  Payload other = two_members();
+  other.members[1].delta[0].value.kernel.grid[0] = 777;
+  CHECK(write_payload(path, other).ok());  // renamed over the file held open
+  Payload& p = later.value();
+  CHECK(read_pending_delta(&p, 1, path).ok());
+  CHECK_EQ(p.members[1].delta.at(0).value.kernel.grid[0], 501u);  // the file as it was opened
+  std::remove(path.c_str());
+}
+
+TEST_CASE("a payload parsed from memory copies its pending deltas out") {
+  std::string path = later_path("memory");
+  CHECK(write_payload(path, two_members()).ok());
+  auto fb = FileBytes::read(path, 1u << 20);
+  std::remove(path.c_str());
+  CHECK(fb.ok());
+  if (!fb.ok()) return;
+  auto c = Container::parse(std::vector<uint8_t>(fb.value().data(), fb.value().data() + fb.value().size()), "memory");
+  CHECK(c.ok());
+  if (!c.ok()) return;
+  auto later = parse_payload(c.value(), "memory", DeltaRead::kLater);
+  CHECK(later.ok());
+  if (!later.ok()) return;
+  Payload& p = later.value();
+  CHECK(p.pending_file == nullptr);
+  CHECK(!p.pending_bytes.empty());
+  c = Result<Container>(Container());  // the copy outlives the container
+  CHECK(read_pending_delta(&p, 1, "memory").ok());
+  CHECK_EQ(p.members[1].delta.at(0).value.kernel.grid[0], 501u);
 }
