@@ -284,6 +284,8 @@ class RestoredGraph:
 
 @dataclass
 class LoadTimes:
+    # Lazy mode: images_s and read_s are the reading and checking at open; the driver's image
+    # loads and each graph's delta come later, inside that graph's build and instantiation.
     images_s: float = 0.0
     read_s: float = 0.0
     claim_s: float = 0.0
@@ -425,8 +427,9 @@ def load_graphs(path: str | os.PathLike, mode: str = "eager", threads: int = 4,
     """Restores the graphs of an archive (directory, or a single graph's ``.json``).
 
     mode: ``eager`` instantiates every graph now on this thread; ``parallel`` uses ``threads``
-    threads; ``lazy`` instantiates each graph at its first replay; ``background`` starts a thread
-    that instantiates them all while the caller goes on (a replay before that instantiates inline).
+    threads; ``lazy`` reads and instantiates each graph at its first replay (a corrupt graph is
+    then reported at that replay); ``background`` starts a thread that instantiates them all
+    while the caller goes on (a replay before that instantiates inline).
     The allocation region must be set as at SAVE. Raises MismatchError naming the fingerprint
     field when the archive comes from another environment, FormatError when it is corrupt.
     """
@@ -443,10 +446,13 @@ def load_graphs(path: str | os.PathLike, mode: str = "eager", threads: int = 4,
         check_allocations(directory, manifest)
     times = LoadTimes()
     start = time.perf_counter()
-    images.load_cuda_modules_and_libraries(directory)
+    images.load_cuda_modules_and_libraries(directory, lazy=mode == "lazy")
     times.images_s = time.perf_counter() - start
     handle = ctypes.c_void_p()
-    _native.call("foundry_graphset_open", os.fsencode(directory / manifest["payload"]), ctypes.byref(handle))
+    # Lazy instantiation reads each graph's delta when it reaches the graph; the other modes read
+    # (and check) every delta now, so a corrupt one cannot surface in the middle of serving.
+    opener = "foundry_graphset_open_lazy" if mode == "lazy" else "foundry_graphset_open"
+    _native.call(opener, os.fsencode(directory / manifest["payload"]), ctypes.byref(handle))
     native = _native.LoadTimes()
     _native.call("foundry_graphset_info", handle, None, None, ctypes.byref(native))
     times.read_s, times.claim_s, times.build_s = native.read_s, native.claim_s, native.build_s

@@ -81,20 +81,22 @@ def pack_images(directory: str | os.PathLike, hashes: list[int], arch: int = 0) 
     _native.call("foundry_images_pack", os.fsencode(directory), arr, len(hashes), arch)
 
 
-def load_cuda_modules_and_libraries(directory: str | os.PathLike) -> int:
+def load_cuda_modules_and_libraries(directory: str | os.PathLike, lazy: bool = False) -> int:
     """Loads every image packed in ``directory/images/`` into this process; returns how many.
 
     Call it before the application loads its own kernels: a later load of an identical image by
     the application (or the CUDA runtime) then returns the archived handle, so graphs and
     application share one copy of each module. Loading the same directory twice is harmless.
+    With ``lazy``, every image is read and checked now but handed to the driver only when a
+    restored graph first needs one of its kernels (or the application loads it).
     """
     images_dir = os.path.join(os.fspath(directory), "images")
     if os.path.islink(images_dir):
         raise FormatError(f"{images_dir} is a symbolic link; an archive's images must be plain files inside it")
     start = time.perf_counter()
     loaded = ctypes.c_uint64()
-    _native.call("foundry_images_load", os.fsencode(directory), ctypes.byref(loaded))
-    logger.info("loaded %d kernel images in %.3f s", loaded.value, time.perf_counter() - start)
+    _native.call("foundry_images_load_lazy" if lazy else "foundry_images_load", os.fsencode(directory), ctypes.byref(loaded))
+    logger.info("%s %d kernel images in %.3f s", "read" if lazy else "loaded", loaded.value, time.perf_counter() - start)
     return loaded.value
 
 

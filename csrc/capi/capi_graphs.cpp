@@ -50,12 +50,20 @@ foundry_status foundry_payload_merge(const char* const* inputs, uint64_t count, 
   return report(merge_payloads(paths, output, templates));
 }
 
-foundry_status foundry_graphset_open(const char* payload_path, void** out) {
+static foundry_status open_set(const char* payload_path, DeltaRead deltas, void** out) {
   if (payload_path == nullptr || out == nullptr) return report(null_arg("payload_path or out"));
-  auto set = GraphSet::open(payload_path);
+  auto set = GraphSet::open(payload_path, deltas);
   if (!set.ok()) return report(set.status());
   *out = set.value().release();
   return FOUNDRY_OK;
+}
+
+foundry_status foundry_graphset_open(const char* payload_path, void** out) {
+  return open_set(payload_path, DeltaRead::kNow, out);
+}
+
+foundry_status foundry_graphset_open_lazy(const char* payload_path, void** out) {
+  return open_set(payload_path, DeltaRead::kLater, out);
 }
 
 foundry_status foundry_graphset_info(void* set, uint64_t* count, uint64_t* templates, foundry_load_times* times) {
@@ -114,9 +122,9 @@ foundry_status foundry_graphset_template(void* set, uint64_t index, uint64_t* gr
   auto* s = static_cast<GraphSet*>(set);
   if (s == nullptr || graph == nullptr) return report(null_arg("set or graph"));
   if (index >= s->count()) return report(Error(FOUNDRY_ERR_INVALID_ARGUMENT, "graph index out of range"));
-  CUgraph g = s->template_graph(index);
-  if (g == nullptr) return report(Error(FOUNDRY_ERR_CUDA, "building the template of graph " + std::to_string(index) + " failed"));
-  *graph = reinterpret_cast<uint64_t>(g);
+  auto g = s->template_graph(index);
+  if (!g.ok()) return report(g.status());
+  *graph = reinterpret_cast<uint64_t>(g.value());
   return FOUNDRY_OK;
 }
 

@@ -57,13 +57,17 @@ foundry_status foundry_images_pack(const char* dir, const uint64_t* hashes, uint
   return report(Registry::instance().pack(dir, std::vector<uint64_t>(hashes, hashes + count), arch));
 }
 
-foundry_status foundry_images_load(const char* dir, uint64_t* loaded) {
+static foundry_status load_images(const char* dir, bool lazy, uint64_t* loaded) {
   if (dir == nullptr) return report(Error(FOUNDRY_ERR_INVALID_ARGUMENT, "dir is NULL"));
-  auto n = Registry::instance().load_dir(dir);
+  auto n = Registry::instance().load_dir(dir, lazy);
   if (!n.ok()) return report(n.status());
   if (loaded) *loaded = n.value();
   return FOUNDRY_OK;
 }
+
+foundry_status foundry_images_load(const char* dir, uint64_t* loaded) { return load_images(dir, false, loaded); }
+
+foundry_status foundry_images_load_lazy(const char* dir, uint64_t* loaded) { return load_images(dir, true, loaded); }
 
 foundry_status foundry_function_resolve(uint64_t image_hash, const char* name, uint64_t* func) {
   if (name == nullptr || func == nullptr) return report(Error(FOUNDRY_ERR_INVALID_ARGUMENT, "name or func is NULL"));

@@ -132,7 +132,8 @@ typedef struct foundry_image_record {
   uint32_t segments;      /* fatbin segments (wrapper v2 with -rdc can have several) */
   uint32_t entry_count;   /* kernels found in the image */
   uint32_t nvshmem;       /* 1 when the image references NVSHMEM device state */
-  uint32_t from_archive;  /* 1 when loaded by foundry_images_load */
+  uint32_t from_archive;  /* 1 when read by foundry_images_load or _load_lazy (handed to the driver then,
+                             or for _load_lazy at first need) */
 } foundry_image_record;
 
 FOUNDRY_API foundry_status foundry_images_count(uint64_t* count);
@@ -146,8 +147,11 @@ FOUNDRY_API foundry_status foundry_function_lookup(uint64_t handle, uint64_t* im
  * capability (e.g. 90) whose cubin is extracted from fatbins, or 0 to keep fatbins whole. */
 FOUNDRY_API foundry_status foundry_images_pack(const char* dir, const uint64_t* hashes, uint64_t count,
                                                int arch);
-/* Loads every image packed in `dir`; *loaded gets the number of images. */
+/* Loads every image packed in `dir`; *loaded gets the number of images. _lazy reads and checks
+ * them now but hands each to the driver only when one of its kernels is first resolved (or the
+ * process loads an identical image itself). */
 FOUNDRY_API foundry_status foundry_images_load(const char* dir, uint64_t* loaded);
+FOUNDRY_API foundry_status foundry_images_load_lazy(const char* dir, uint64_t* loaded);
 /* Resolves (image hash, entry name) to a CUfunction of the current context. */
 FOUNDRY_API foundry_status foundry_function_resolve(uint64_t image_hash, const char* name, uint64_t* func);
 /* Runs nvshmemx_cumodule_init / nvshmemx_culibrary_init for loaded images that need it. */
@@ -191,17 +195,20 @@ FOUNDRY_API foundry_status foundry_payload_merge(const char* const* inputs, uint
 FOUNDRY_API void foundry_saver_free(void* saver);
 
 typedef struct foundry_load_times {
-  double read_s;        /* reading and validating the payload */
+  double read_s;        /* reading and validating the payload, and deltas read since (lazy deltas) */
   double claim_s;       /* mapping referenced region memory */
-  double build_s;       /* building template CUgraphs (function attributes, events included) */
+  double build_s;       /* building template CUgraphs (their kernels' function attributes and events included) */
   double instantiate_s; /* the last instantiate_all, wall time */
   uint64_t mapped_blocks;
   uint64_t existing_blocks;
   double update_s;      /* writing graphs' deltas into template CUgraphs, summed over threads */
 } foundry_load_times;
 
-/* LOAD: open a payload (images must be loaded first), instantiate and launch its graphs. */
+/* LOAD: open a payload (images must be loaded first), instantiate and launch its graphs.
+ * _open reads every graph's delta now; _open_lazy reads each when its graph is first instantiated
+ * (lazy instantiation), so a corrupt delta is reported then, naming the graph. */
 FOUNDRY_API foundry_status foundry_graphset_open(const char* payload_path, void** out);
+FOUNDRY_API foundry_status foundry_graphset_open_lazy(const char* payload_path, void** out);
 FOUNDRY_API foundry_status foundry_graphset_info(void* set, uint64_t* count, uint64_t* templates,
                                                  foundry_load_times* times);
 FOUNDRY_API foundry_status foundry_graphset_name(void* set, uint64_t index, char* buf, size_t len);

@@ -40,15 +40,18 @@ void memcpy_params(const MemcpyNode& m, CUDA_MEMCPY3D* out) {
   out->WidthInBytes = m.width, out->Height = m.height, out->Depth = m.depth;
 }
 
-Status apply_function_attrs(const KernelNode& k, int32_t max_dynamic_shared) {
+Status apply_function_attrs(const KernelNode& k, int32_t max_dynamic_shared, bool first) {
   auto func = Registry::instance().resolve(k.image_hash, k.name);
   if (!func.ok()) return func.status();
   const Driver* d = driver_if_open();
-  if (max_dynamic_shared > 0) {
+  int current = 0;
+  if (d->cuFuncGetAttribute(&current, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, func.value()) != CUDA_SUCCESS) current = 0;
+  if (max_dynamic_shared > current) {
     FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuFuncSetAttribute(func.value(), CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                              max_dynamic_shared),
                                        ("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) for " + k.name).c_str()));
   }
+  if (!first) return Status::Ok();
   if (k.func.non_portable_cluster > 0) {
     d->cuFuncSetAttribute(func.value(), CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
   }

@@ -4,10 +4,13 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <set>
+#include <string_view>
 
 #include "common/log.h"
 #include "driver/driver.h"
 #include "graph/builder.h"
+#include "modules/registry.h"
 #include "region/region.h"
 #include "region/va_space.h"
 
@@ -18,33 +21,16 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// One entry per kernel with what its function attributes must allow for every graph: the largest
-// dynamic shared memory any of them asks (a function attribute is shared by all graphs), and its
-// cluster settings (part of the topology) and carveout (the first graph's).
-std::map<std::pair<uint64_t, std::string>, KernelNode> function_requirements(const Payload& p) {
-  std::map<std::pair<uint64_t, std::string>, KernelNode> out;
-  for_each_node(p, [&out](const Node& n) {
-    if (n.kind != NodeKind::kKernel) return;
-    auto [it, fresh] = out.try_emplace({n.kernel.image_hash, n.kernel.name});
-    KernelNode& k = it->second;
-    if (fresh) {
-      k.image_hash = n.kernel.image_hash;
-      k.name = n.kernel.name;
-      k.func = n.kernel.func;
-    }
-    k.func.max_dynamic_shared = std::max({k.func.max_dynamic_shared, n.kernel.func.max_dynamic_shared,
-                                          static_cast<int32_t>(n.kernel.shared_mem)});
-  });
-  return out;
-}
-
 }  // namespace
 
-Result<std::unique_ptr<GraphSet>> GraphSet::open(const std::string& payload_path) {
+Result<std::unique_ptr<GraphSet>> GraphSet::open(const std::string& payload_path, DeltaRead deltas) {
   auto t0 = std::chrono::steady_clock::now();
-  auto payload = read_payload(payload_path);
+  auto container = Container::read_file(payload_path);
+  if (!container.ok()) return container.status();
+  auto payload = parse_payload(container.value(), payload_path, deltas);  // pending deltas are copied out
   if (!payload.ok()) return payload.status();
   std::unique_ptr<GraphSet> set(new GraphSet());
+  set->path_ = payload_path;
   set->payload_ = std::move(payload.value());
   set->times_.read_s = seconds_since(t0);
   FOUNDRY_RETURN_IF_ERROR(set->prepare());
@@ -80,15 +66,14 @@ Status GraphSet::prepare() {
   times_.claim_s = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();
-  // Every kernel resolves here, once (function attributes), and read_payload checked every node
-  // and event index: writing a member's delta later can only fail in the driver.
+  // parse_payload checked every node and event index read so far (ensure_delta checks the rest,
+  // as it reads them) and every kernel is known: writing a delta read at open can only fail in
+  // the driver.
+  FOUNDRY_RETURN_IF_ERROR(check_kernels_exist());
   for (uint32_t i = 0; i < payload_.event_count; ++i) {
     CUevent e;
     FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
     events_.push_back(e);
-  }
-  for (const auto& [key, k] : function_requirements(payload_)) {
-    FOUNDRY_RETURN_IF_ERROR(apply_function_attrs(k, k.func.max_dynamic_shared));
   }
   for (size_t t = 0; t < payload_.templates.size(); ++t) templates_.push_back(std::make_unique<Template>());
   for (size_t i = 0; i < payload_.members.size(); ++i) members_.push_back(std::make_unique<Member>());
@@ -127,10 +112,91 @@ Status GraphSet::apply_collectives(size_t i, const std::vector<CUgraphNode>& nod
   return Status::Ok();
 }
 
+Status GraphSet::ensure_delta(size_t i) {
+  if (!payload_.members[i].delta_pending) return Status::Ok();
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = read_pending_delta(&payload_, i, path_);
+  read_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+namespace {
+
+bool same_kernel(const KernelNode& a, const KernelNode& b) { return a.image_hash == b.image_hash && a.name == b.name; }
+
+int32_t dynamic_shared_need(const KernelNode& k) { return std::max(k.func.max_dynamic_shared, static_cast<int32_t>(k.shared_mem)); }
+
+// The delta's kernel nodes that ask for more than their template node: another kernel, or more
+// dynamic shared memory (a template's own kernels are taken care of when it is built).
+std::vector<const KernelNode*> beyond_template(const GraphModel& t, const std::vector<NodeDelta>& delta) {
+  std::vector<const KernelNode*> out;
+  for (const NodeDelta& d : delta) {
+    if (d.value.kind != NodeKind::kKernel) continue;
+    const KernelNode& k = d.value.kernel;
+    const KernelNode& base = t.nodes[d.node].kernel;
+    if (!same_kernel(k, base) || dynamic_shared_need(k) > dynamic_shared_need(base)) out.push_back(&k);
+  }
+  return out;
+}
+
+}  // namespace
+
+Status GraphSet::check_kernels_exist() const {
+  std::set<std::pair<uint64_t, std::string_view>> kernels;
+  std::function<void(const GraphModel&)> walk = [&](const GraphModel& g) {
+    for (const Node& n : g.nodes) if (n.kind == NodeKind::kKernel) kernels.emplace(n.kernel.image_hash, n.kernel.name);
+    for (const GraphModel& c : g.children) walk(c);
+  };
+  for (const GraphModel& t : payload_.templates) walk(t);
+  for (const PayloadMember& m : payload_.members)  // deltas mostly keep their template node's kernel
+    for (const KernelNode* k : beyond_template(payload_.templates[m.template_index], m.delta))
+      kernels.emplace(k->image_hash, k->name);
+  for (const auto& [hash, name] : kernels) FOUNDRY_RETURN_IF_ERROR(Registry::instance().check_entry(hash, std::string(name)));
+  return Status::Ok();
+}
+
+Status GraphSet::require_function_attrs(const std::vector<const KernelNode*>& nodes) {
+  // One entry per kernel (a graph launches each many times), then the lock once.
+  std::map<std::pair<uint64_t, std::string_view>, std::pair<int32_t, const KernelNode*>> needs;
+  for (const KernelNode* k : nodes) {
+    int32_t need = dynamic_shared_need(*k);
+    auto [it, fresh] = needs.try_emplace({k->image_hash, k->name}, need, k);
+    if (!fresh) it->second.first = std::max(it->second.first, need);
+  }
+  std::lock_guard<std::mutex> lock(attrs_mu_);
+  for (const auto& [key, need] : needs) {
+    auto [it, fresh] = attrs_.try_emplace({key.first, std::string(key.second)}, need.first);
+    if (!fresh && it->second >= need.first) continue;
+    Status s = apply_function_attrs(*need.second, need.first, fresh);
+    if (!s.ok()) {
+      if (fresh) attrs_.erase(it);
+      return s;
+    }
+    it->second = need.first;
+  }
+  return Status::Ok();
+}
+
+Status GraphSet::require_function_attrs(const GraphModel& g) {
+  std::vector<const KernelNode*> kernels;
+  std::function<void(const GraphModel&)> walk = [&](const GraphModel& m) {
+    for (const Node& n : m.nodes) if (n.kind == NodeKind::kKernel) kernels.push_back(&n.kernel);
+    for (const GraphModel& c : m.children) walk(c);
+  };
+  walk(g);
+  return require_function_attrs(kernels);
+}
+
+Status GraphSet::require_function_attrs(size_t i) {
+  const PayloadMember& m = payload_.members[i];
+  return require_function_attrs(beyond_template(payload_.templates[m.template_index], m.delta));
+}
+
 Status GraphSet::ensure_built(uint32_t t) {
   Template& tmpl = *templates_[t];
   if (tmpl.built) return Status::Ok();
   auto t0 = std::chrono::steady_clock::now();
+  FOUNDRY_RETURN_IF_ERROR(require_function_attrs(payload_.templates[t]));
   auto built = build_graph(payload_.templates[t], events_, ctx_, collectives_.get());
   if (!built.ok()) return built.status();
   tmpl.work.graph = built.value().graph;
@@ -145,13 +211,19 @@ LoadTimes GraphSet::times() const {
   LoadTimes t = times_;
   t.build_s += static_cast<double>(build_ns_.load()) * 1e-9;
   t.update_s = static_cast<double>(update_ns_.load()) * 1e-9;
+  t.read_s += static_cast<double>(read_ns_.load()) * 1e-9;
   return t;
 }
 
-CUgraph GraphSet::template_graph(size_t i) {
-  uint32_t t = payload_.members.at(i).template_index;
+Result<CUgraph> GraphSet::template_graph(size_t i) {
+  if (i >= members_.size()) return Error(FOUNDRY_ERR_INVALID_ARGUMENT, "graph index out of range");
+  uint32_t t = payload_.members[i].template_index;
+  std::lock_guard<std::mutex> mlock(members_[i]->mu);
+  FOUNDRY_RETURN_IF_ERROR(ensure_delta(i));
+  FOUNDRY_RETURN_IF_ERROR(require_function_attrs(i));
   std::lock_guard<std::mutex> lock(templates_[t]->mu);
-  if (!ensure_built(t).ok() || !switch_to(i, &templates_[t]->work).ok()) return nullptr;
+  FOUNDRY_RETURN_IF_ERROR(ensure_built(t));
+  FOUNDRY_RETURN_IF_ERROR(switch_to(i, &templates_[t]->work));
   return templates_[t]->work.graph;
 }
 
@@ -239,6 +311,8 @@ Status GraphSet::instantiate(size_t i) {
   Member& m = *members_[i];
   std::lock_guard<std::mutex> lock(m.mu);
   if (m.exec.load(std::memory_order_relaxed) != nullptr) return Status::Ok();
+  FOUNDRY_RETURN_IF_ERROR(ensure_delta(i));
+  FOUNDRY_RETURN_IF_ERROR(require_function_attrs(i));
   uint32_t index = payload_.members[i].template_index;
   Template& t = *templates_[index];
   std::lock_guard<std::mutex> tlock(t.mu);
@@ -283,7 +357,10 @@ Status GraphSet::instantiate_all(int threads) {
           if (clones[t].graph == nullptr) FOUNDRY_RETURN_IF_ERROR(clone_template(t, &clones[t]));
           Member& m = *members_[i];
           std::lock_guard<std::mutex> lock(m.mu);
-          if (m.exec.load(std::memory_order_relaxed) == nullptr) FOUNDRY_RETURN_IF_ERROR(instantiate_from(i, &clones[t]));
+          if (m.exec.load(std::memory_order_relaxed) != nullptr) continue;
+          FOUNDRY_RETURN_IF_ERROR(ensure_delta(i));
+          FOUNDRY_RETURN_IF_ERROR(require_function_attrs(i));
+          FOUNDRY_RETURN_IF_ERROR(instantiate_from(i, &clones[t]));
         }
         return Status::Ok();
       };

@@ -15,6 +15,7 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,7 +36,9 @@ struct LoadTimes {
 
 class GraphSet {
  public:
-  static Result<std::unique_ptr<GraphSet>> open(const std::string& payload_path);
+  // With DeltaRead::kLater, a graph's delta is read when the graph is first instantiated (lazy
+  // LOAD pays only for the graphs it reaches); kNow reads and checks every one here, in parallel.
+  static Result<std::unique_ptr<GraphSet>> open(const std::string& payload_path, DeltaRead deltas = DeltaRead::kNow);
   ~GraphSet();
 
   size_t count() const { return members_.size(); }
@@ -49,10 +52,10 @@ class GraphSet {
   Status launch(size_t i, CUstream stream);
   bool ready(size_t i) const { return members_[i]->exec.load(std::memory_order_acquire) != nullptr; }
   // The CUgraph graph i is instantiated from, holding graph i's values (its template, built if it
-  // was not yet, with i's delta written in); nullptr on failure. For inspection only: owned by the
+  // was not yet, with i's delta written in). For inspection only: owned by the
   // set, and rewritten by the next instantiation of any graph of the same template (including a
   // background or lazy one), so read it while nothing else instantiates.
-  CUgraph template_graph(size_t i);
+  Result<CUgraph> template_graph(size_t i);
 
  private:
   struct Member {
@@ -75,6 +78,16 @@ class GraphSet {
 
   Status prepare();
   Status prepare_collectives();
+  // Reads member i's delta if it is still pending (caller holds members_[i]->mu).
+  Status ensure_delta(size_t i);
+  // Every kernel the graphs name (those read so far) is an entry of a loaded image: a missing
+  // one is reported at open, as before any graph is built.
+  Status check_kernels_exist() const;
+  // Sets the function attributes the nodes' kernels need before they go into a CUgraph: once per
+  // kernel, and again only when a later graph needs more dynamic shared memory.
+  Status require_function_attrs(const GraphModel& g);
+  Status require_function_attrs(size_t member);  // what member's delta needs beyond its template
+  Status require_function_attrs(const std::vector<const KernelNode*>& kernels);
   // Gives graph member i's NCCL kernel nodes their live parameters (before it is instantiated).
   Status apply_collectives(size_t i, const std::vector<CUgraphNode>& nodes);
   // Writes member i's values into w's nodes: i's delta, and the template's values back into the
@@ -88,7 +101,10 @@ class GraphSet {
   Status clone_template(uint32_t t, Working* clone);
   Status ensure_built(uint32_t t);  // caller holds templates_[t]->mu
 
+  std::string path_;
   Payload payload_;
+  std::mutex attrs_mu_;
+  std::map<std::pair<uint64_t, std::string>, int32_t> attrs_;  // kernel -> dynamic shared memory allowed
   std::unique_ptr<LiveCollectives> collectives_;  // only when some graph launches NCCL
   std::vector<CUevent> events_;
   std::vector<std::unique_ptr<Template>> templates_;
@@ -97,6 +113,7 @@ class GraphSet {
   LoadTimes times_;
   std::atomic<int64_t> build_ns_{0};
   std::atomic<int64_t> update_ns_{0};
+  std::atomic<int64_t> read_ns_{0};  // deltas read after open
   std::thread background_;
   std::atomic<bool> stop_{false};
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <functional>
 #include <thread>
 
@@ -41,31 +42,92 @@ Status for_each_section(size_t n, const std::function<Status(size_t)>& parse) {
   return Status::Ok();
 }
 
-Status parse_member(ByteSpan bytes, const std::vector<GraphModel>& templates, const std::string& path, size_t i,
-                    PayloadMember* out) {
-  ByteReader r(bytes);
-  PayloadMember m;
-  r.string(&m.name, kMaxName);
-  r.u32(&m.template_index);
-  Status entry = r.status("graph entry");
-  if (!entry.ok()) return Error(entry.code(), path + ": graph " + std::to_string(i) + ": " + entry.message());
-  if (m.template_index >= templates.size()) {
-    return Error(FOUNDRY_ERR_FORMAT, path + ": graph " + std::to_string(i) + " names template " +
-                                         std::to_string(m.template_index) + " of " + std::to_string(templates.size()));
-  }
-  Status ds = read_delta(r, templates[m.template_index], &m.delta);
-  if (!ds.ok()) return Error(ds.code(), path + ": graph " + std::to_string(i) + " (" + m.name + "): " + ds.message());
+// An event node past the payload's events would index out of bounds when the graph is built.
+bool event_in_range(const Node& n, uint32_t event_count) {
+  bool event = n.kind == NodeKind::kEventRecord || n.kind == NodeKind::kEventWait;
+  return !event || n.event < event_count;
+}
+
+Status event_error(const std::string& where, const Node& n, uint32_t event_count) {
+  return Error(FOUNDRY_ERR_FORMAT, where + ": an event node names event " + std::to_string(n.event) +
+                                       ", but the payload has " + std::to_string(event_count) + " events");
+}
+
+// The first event node of g (children included) past the payload's events, or null.
+const Node* event_out_of_range(const GraphModel& g, uint32_t event_count) {
+  for (const Node& n : g.nodes) if (!event_in_range(n, event_count)) return &n;
+  for (const GraphModel& c : g.children) if (const Node* bad = event_out_of_range(c, event_count)) return bad;
+  return nullptr;
+}
+
+std::string graph_label(const std::string& path, size_t i, const std::string& name) {
+  return path + ": graph " + std::to_string(i) + (name.empty() ? "" : " (" + name + ")");
+}
+
+Status read_refs(ByteReader& r, std::vector<RegionRef>* refs) {
   uint32_t n_refs = 0;
   r.count32(&n_refs, 20);
   for (uint32_t k = 0; k < n_refs && r.ok(); ++k) {
     RegionRef ref;
     r.u64(&ref.offset), r.u64(&ref.size), r.u32(&ref.kind);
-    m.refs.push_back(ref);
+    refs->push_back(ref);
   }
-  Status refs = r.status("graph entry region references");
-  if (!refs.ok()) return Error(refs.code(), path + ": graph " + std::to_string(i) + ": " + refs.message());
+  return r.status("graph entry region references");
+}
+
+// Reads m's delta (m->delta is set only when all of it is valid).
+Status read_member_delta(ByteReader& r, const Payload& p, size_t i, const std::string& path, PayloadMember* m) {
+  std::vector<NodeDelta> delta;
+  Status ds = read_delta(r, p.templates[m->template_index], &delta);
+  if (!ds.ok()) return Error(ds.code(), graph_label(path, i, m->name) + ": " + ds.message());
+  for (const NodeDelta& d : delta)
+    if (!event_in_range(d.value, p.event_count)) return event_error(graph_label(path, i, m->name), d.value, p.event_count);
+  m->delta = std::move(delta);
+  return Status::Ok();
+}
+
+Status trailing_bytes(const ByteReader& r, const std::string& path, size_t i, const std::string& name) {
+  if (r.at_end()) return Status::Ok();
+  return Error(FOUNDRY_ERR_FORMAT, graph_label(path, i, name) + ": " + std::to_string(r.remaining()) +
+                                       " bytes after the graph entry");
+}
+
+// Version 3: name, template, region blocks, delta (with `later`, copied to `pending` unread).
+// Version 2: the delta before the blocks, so it is always read.
+Status parse_member(ByteSpan bytes, const Payload& p, uint32_t version, uint8_t* pending, const std::string& path,
+                    size_t i, PayloadMember* out) {
+  ByteReader r(bytes);
+  PayloadMember m;
+  r.string(&m.name, kMaxName);
+  r.u32(&m.template_index);
+  Status entry = r.status("graph entry");
+  if (!entry.ok()) return Error(entry.code(), graph_label(path, i, "") + ": " + entry.message());
+  if (m.template_index >= p.templates.size()) {
+    return Error(FOUNDRY_ERR_FORMAT, graph_label(path, i, "") + " names template " + std::to_string(m.template_index) +
+                                         " of " + std::to_string(p.templates.size()));
+  }
+  if (version == 2) FOUNDRY_RETURN_IF_ERROR(read_member_delta(r, p, i, path, &m));
+  Status refs = read_refs(r, &m.refs);
+  if (!refs.ok()) return Error(refs.code(), graph_label(path, i, m.name) + ": " + refs.message());
+  if (version != 2 && pending != nullptr) {
+    m.pending_offset = static_cast<size_t>(pending - p.pending_bytes.data());
+    m.pending_size = r.remaining();
+    ByteSpan rest;
+    r.bytes(r.remaining(), &rest);
+    if (rest.size) std::memcpy(pending, rest.data, rest.size);
+    m.delta_pending = true;
+  } else if (version != 2) {
+    FOUNDRY_RETURN_IF_ERROR(read_member_delta(r, p, i, path, &m));
+    FOUNDRY_RETURN_IF_ERROR(trailing_bytes(r, path, i, m.name));
+  }
   *out = std::move(m);
   return Status::Ok();
+}
+
+bool has_collectives(const GraphModel& g) {
+  for (const Node& n : g.nodes) if (n.kind == NodeKind::kCollective) return true;
+  for (const GraphModel& c : g.children) if (has_collectives(c)) return true;
+  return false;
 }
 
 }  // namespace
@@ -95,13 +157,13 @@ Status write_payload(const std::string& path, const Payload& p) {
     ByteWriter w;
     w.string(m.name);
     w.u32(m.template_index);
-    write_delta(w, p.templates.at(m.template_index), m.delta);
     w.u32(static_cast<uint32_t>(m.refs.size()));
     for (const RegionRef& r : m.refs) {
       w.u64(r.offset);
       w.u64(r.size);
       w.u32(r.kind);
     }
+    write_delta(w, p.templates.at(m.template_index), m.delta);
     c.add(kSectionMember, w.take());
   }
   return write_container_file(path, c);
@@ -113,7 +175,7 @@ Result<Payload> read_payload(const std::string& path) {
   return parse_payload(c.value(), path);
 }
 
-Result<Payload> parse_payload(const Container& c, const std::string& path) {
+Result<Payload> parse_payload(const Container& c, const std::string& path, DeltaRead deltas) {
   // Other files share the container and its low section types (an image's metadata is type 1
   // too): tell them apart before reading a version out of someone else's section.
   if (c.find(kSectionNames) == nullptr) return Error(FOUNDRY_ERR_FORMAT, path + ": not a graph payload (no kernel name table)");
@@ -123,9 +185,9 @@ Result<Payload> parse_payload(const Container& c, const std::string& path) {
   Payload p;
   uint32_t version = 0, n_members = 0, n_templates = 0;
   h.u32(&version);
-  if (h.ok() && version != kPayloadVersion) {
+  if (h.ok() && (version < kOldestPayloadVersion || version > kPayloadVersion)) {
     return Error(FOUNDRY_ERR_VERSION, path + ": graph payload version " + std::to_string(version) + ", this build reads " +
-                                          std::to_string(kPayloadVersion));
+                                          std::to_string(kOldestPayloadVersion) + " to " + std::to_string(kPayloadVersion));
   }
   h.u32(&n_members), h.u32(&n_templates), h.u32(&p.event_count), h.u64(&p.region_base), h.u64(&p.region_size);
   FOUNDRY_RETURN_IF_ERROR(h.status("graph payload header"));
@@ -148,21 +210,33 @@ Result<Payload> parse_payload(const Container& c, const std::string& path) {
     if (!st.ok()) return Error(st.code(), path + ": template " + std::to_string(t) + ": " + st.message());
     return Status::Ok();
   }));
+  for (size_t t = 0; t < p.templates.size(); ++t) {
+    if (const Node* bad = event_out_of_range(p.templates[t], p.event_count))
+      return event_error(path + ": template " + std::to_string(t), *bad, p.event_count);
+  }
+  // Every NCCL launch is made again at open, in archive order: such a payload is read whole.
+  bool later = deltas == DeltaRead::kLater &&
+               std::none_of(p.templates.begin(), p.templates.end(), [](const GraphModel& g) { return has_collectives(g); });
+  // A member's pending delta is at most its section: each gets that much room, in file order.
+  std::vector<size_t> room(members.size() + 1, 0);
+  for (size_t i = 0; later && version != 2 && i < members.size(); ++i) room[i + 1] = room[i] + members[i]->size;
+  p.pending_bytes.resize(room.back());
   p.members.resize(members.size());
   FOUNDRY_RETURN_IF_ERROR(for_each_section(members.size(), [&](size_t i) {
-    return parse_member(c.data(*members[i]), p.templates, path, i, &p.members[i]);
+    uint8_t* pending = room.back() ? p.pending_bytes.data() + room[i] : nullptr;
+    return parse_member(c.data(*members[i]), p, version, pending, path, i, &p.members[i]);
   }));
-  // Event nodes name the payload's events by index; one past the count would be read out of bounds.
-  uint32_t bad_event = 0;
-  bool event_out_of_range = false;
-  for_each_node(p, [&](const Node& n) {
-    bool event = n.kind == NodeKind::kEventRecord || n.kind == NodeKind::kEventWait;
-    if (event && n.event >= p.event_count && !event_out_of_range) bad_event = n.event, event_out_of_range = true;
-  });
-  if (event_out_of_range)
-    return Error(FOUNDRY_ERR_FORMAT, path + ": an event node names event " + std::to_string(bad_event) +
-                                         ", but the payload has " + std::to_string(p.event_count) + " events");
   return p;
+}
+
+Status read_pending_delta(Payload* p, size_t i, const std::string& path) {
+  PayloadMember& m = p->members.at(i);
+  if (!m.delta_pending) return Status::Ok();
+  ByteReader r(p->pending_bytes.data() + m.pending_offset, m.pending_size);
+  FOUNDRY_RETURN_IF_ERROR(read_member_delta(r, *p, i, path + " (read at first use)", &m));
+  FOUNDRY_RETURN_IF_ERROR(trailing_bytes(r, path + " (read at first use)", i, m.name));
+  m.delta_pending = false;
+  return Status::Ok();
 }
 
 void for_each_node(const Payload& p, const std::function<void(const Node&)>& visit) {

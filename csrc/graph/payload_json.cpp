@@ -15,6 +15,10 @@ namespace {
 
 using json::Value;
 
+// The document's own version (its layout is in payload_json.h), apart from the binary payload's:
+// 2 since kernel deltas may name another kernel.
+constexpr uint32_t kPayloadJsonVersion = 2;
+
 // Limits read_payload applies to what it reads (graph names, graph count); mirrored here so a
 // document accepted here makes a file read_payload accepts.
 constexpr size_t kMaxGraphName = 4096;
@@ -526,7 +530,7 @@ std::string payload_to_json(const Payload& p) {
   Value members = Value::array();
   for (const PayloadMember& m : p.members) members.push(member_value(m));
   Value v = Value::object();
-  v.set("version", Value::u64(kPayloadVersion))
+  v.set("version", Value::u64(kPayloadJsonVersion))
       .set("region", Value::object().set("base", Value::u64(p.region_base)).set("size", Value::u64(p.region_size)))
       .set("event_count", Value::u64(p.event_count))
       .set("templates", std::move(templates))
@@ -541,9 +545,9 @@ Result<Payload> payload_from_json(const std::string& text) {
   Payload p;
   Obj o(c, &doc.value(), "");
   uint32_t version = 0;
-  if (o.u("version", &version) && version != kPayloadVersion) {
+  if (o.u("version", &version) && version != kPayloadJsonVersion) {
     return Error(FOUNDRY_ERR_VERSION, "payload JSON: version " + std::to_string(version) + ", this build writes " +
-                                          std::to_string(kPayloadVersion));
+                                          std::to_string(kPayloadJsonVersion));
   }
   Obj region(c, o.get("region"), o.at("region"));
   region.u("base", &p.region_base), region.u("size", &p.region_size);

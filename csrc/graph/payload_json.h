@@ -4,7 +4,7 @@
 // checks what read_payload checks (so a document it accepts makes a payload LOAD would read), which
 // lets tests build synthetic archives without a GPU. Layout:
 //
-//   {"version": 1, "region": {"base": u64, "size": u64}, "event_count": u32,
+//   {"version": 2, "region": {"base": u64, "size": u64}, "event_count": u32,
 //    "templates": [graph...], "members": [member...]}
 //   graph  := {"nodes": [node...], "edges": [edge...], "children": [graph...]}
 //   edge   := {"from": u32, "to": u32, "from_port": u8, "to_port": u8, "type": u8}

@@ -23,6 +23,14 @@ Status within(const std::string& where, const Status& st) {
   return Error(st.code(), where + ": " + st.message());
 }
 
+// The same with the place named by a callable, so that a read that succeeds (every node of every
+// graph) formats nothing.
+template <typename Where, typename = decltype(std::declval<Where>()())>
+Status within(Where&& where, const Status& st) {
+  if (st.ok()) return st;
+  return Error(st.code(), where() + ": " + st.message());
+}
+
 std::string at_depth(int depth) { return depth == 0 ? "" : " (child graph depth " + std::to_string(depth) + ")"; }
 
 bool known_kind(uint32_t kind) { return kind <= static_cast<uint32_t>(NodeKind::kCollective); }
@@ -287,7 +295,8 @@ Status read_nodes(ByteReader& r, GraphModel* g, int depth, const std::vector<std
   g->nodes.reserve(std::min(n, kReserveCap));
   for (uint32_t i = 0; i < n; ++i) {
     Node node;
-    FOUNDRY_RETURN_IF_ERROR(within("graph node " + std::to_string(i) + at_depth(depth), read_node(r, &node, depth, names)));
+    FOUNDRY_RETURN_IF_ERROR(within([&] { return "graph node " + std::to_string(i) + at_depth(depth); },
+                                   read_node(r, &node, depth, names)));
     g->nodes.push_back(std::move(node));
   }
   return Status::Ok();
@@ -499,11 +508,11 @@ Status read_delta(ByteReader& r, const GraphModel& tmpl, std::vector<NodeDelta>*
   if (!r.count32(&n, 8)) return r.status("graph delta entry count");
   std::vector<NodeDelta> entries;
   for (uint32_t i = 0; i < n; ++i) {
-    std::string where = "graph delta entry " + std::to_string(i);
+    auto where = [i] { return "graph delta entry " + std::to_string(i); };
     uint32_t node = 0;
-    if (!r.u32(&node)) return r.status(where.c_str());
+    if (!r.u32(&node)) return r.status(where().c_str());
     if (node >= tmpl.nodes.size()) {
-      return format_error(where + ": node " + std::to_string(node) + " outside the template's " +
+      return format_error(where() + ": node " + std::to_string(node) + " outside the template's " +
                           std::to_string(tmpl.nodes.size()) + " nodes");
     }
     NodeDelta nd{node, tmpl.nodes[node]};
@@ -512,14 +521,14 @@ Status read_delta(ByteReader& r, const GraphModel& tmpl, std::vector<NodeDelta>*
       case NodeKind::kKernel: {
         KernelNode& k = v.kernel;
         uint8_t other = 0;
-        if (!r.u8(&other)) return r.status(where.c_str());
-        if (other > 1) return format_error(where + ": kernel identity flag " + std::to_string(other) + " is not 0 or 1");
+        if (!r.u8(&other)) return r.status(where().c_str());
+        if (other > 1) return format_error(where() + ": kernel identity flag " + std::to_string(other) + " is not 0 or 1");
         if (other) {
           r.u64(&k.image_hash);
           r.string(&k.name, kMaxKernelNameBytes);
-          if (!r.ok()) return r.status(where.c_str());
+          if (!r.ok()) return r.status(where().c_str());
           uint32_t n_slots = 0;
-          if (!r.count32(&n_slots, kSlotBytes)) return r.status(where.c_str());
+          if (!r.count32(&n_slots, kSlotBytes)) return r.status(where().c_str());
           k.slots.resize(n_slots);  // bounded by count32; checked against the params below
           for (ParamSlot& sl : k.slots) {
             r.u32(&sl.offset);
@@ -531,7 +540,7 @@ Status read_delta(ByteReader& r, const GraphModel& tmpl, std::vector<NodeDelta>*
         r.u32(&k.shared_mem);
         get_i32(r, &k.func.max_dynamic_shared);
         get_i32(r, &k.func.preferred_carveout);
-        if (!r.ok()) return r.status(where.c_str());
+        if (!r.ok()) return r.status(where().c_str());
         std::vector<uint8_t> params;
         FOUNDRY_RETURN_IF_ERROR(within(where, read_runs(r, &tmpl.nodes[node].kernel.params, kMaxKernelParamBytes, &params,
                                                         "kernel parameters")));
@@ -547,19 +556,19 @@ Status read_delta(ByteReader& r, const GraphModel& tmpl, std::vector<NodeDelta>*
         break;
       case NodeKind::kEventRecord:
       case NodeKind::kEventWait:
-        if (!r.u32(&v.event)) return r.status(where.c_str());
+        if (!r.u32(&v.event)) return r.status(where().c_str());
         break;
       case NodeKind::kCollective: {
         CollectiveNode c;
         FOUNDRY_RETURN_IF_ERROR(within(where, read_collective(r, &c)));
         if (c.kernel != v.collective.kernel)
-          return format_error(where + ": collective node changes its kernel slot, which is part of the topology");
+          return format_error(where() + ": collective node changes its kernel slot, which is part of the topology");
         v.collective = std::move(c);
         break;
       }
       case NodeKind::kEmpty:
       case NodeKind::kChildGraph:
-        return format_error(where + ": node " + std::to_string(node) + " is a " + node_kind_name(v.kind) +
+        return format_error(where() + ": node " + std::to_string(node) + " is a " + node_kind_name(v.kind) +
                             " node, which has nothing to update");
     }
     entries.push_back(std::move(nd));

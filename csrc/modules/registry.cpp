@@ -115,7 +115,8 @@ bool Registry::find_archived(PendingImage& p, Loader loader, void** handle) {
   if (!candidate) return false;
   uint64_t hash = hash_segments(p.segments);
   for (auto& r : records_) {
-    if (!r->from_archive || r->hash != hash || r->size != p.size || r->loader != loader) continue;
+    if (!r->from_archive || r->load_failed || r->hash != hash || r->size != p.size || r->loader != loader) continue;
+    if (!r->loaded && !load_lazy_record(*r).ok()) return false;  // the process's own load goes ahead
     if (loader == Loader::kLibrary && !r->libraries.empty()) *handle = r->libraries.front();
     else if (loader == Loader::kModule && !r->modules.empty()) *handle = r->modules.front();
     else continue;
@@ -231,14 +232,17 @@ Status Registry::record_at(uint64_t index, foundry_image_record* out) {
 }
 
 ImageRecord* Registry::by_hash(uint64_t hash) {
+  // A record with handles first, then an archived one not loaded yet, then any other.
+  ImageRecord* lazy = nullptr;
   ImageRecord* fallback = nullptr;
   for (auto& r : records_) {
     ensure_hashed(*r);
-    if (r->hash != hash) continue;
-    if (!r->libraries.empty() || !r->modules.empty()) return r.get();  // prefer a loaded one
-    fallback = r.get();
+    if (r->hash != hash || r->load_failed) continue;
+    if (!r->libraries.empty() || !r->modules.empty()) return r.get();
+    if (r->from_archive && !r->loaded) lazy = r.get();
+    else fallback = r.get();
   }
-  return fallback;
+  return lazy != nullptr ? lazy : fallback;
 }
 
 Result<std::string> Registry::entry_name(uint64_t hash, uint32_t i) {
@@ -257,12 +261,13 @@ ImageRecord* Registry::find_by_module(CUmodule mod) {
   // only libraries not asked before are visited.
   const Driver* d = driver_if_open();
   if (d == nullptr || d->cuLibraryGetModule == nullptr) return nullptr;
-  for (; libraries_mapped_ < records_.size(); ++libraries_mapped_) {
-    ImageRecord* r = records_[libraries_mapped_].get();
+  for (auto& r : records_) {
+    if (r->library_modules_known || r->libraries.empty()) continue;  // (an archived image read lazily: once loaded)
     for (CUlibrary lib : r->libraries) {
       CUmodule m = nullptr;
-      if (d->cuLibraryGetModule(&m, lib) == CUDA_SUCCESS && m != nullptr) by_module_[m] = r;
+      if (d->cuLibraryGetModule(&m, lib) == CUDA_SUCCESS && m != nullptr) by_module_[m] = r.get();
     }
+    r->library_modules_known = true;
   }
   it = by_module_.find(mod);
   return it == by_module_.end() ? nullptr : it->second;
@@ -300,10 +305,22 @@ Status Registry::lookup(CUfunction func, CUkernel kern, uint64_t* hash, std::str
   return Status::Ok();
 }
 
+Status Registry::check_entry(uint64_t hash, const std::string& name) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  ImageRecord* r = by_hash(hash);
+  if (r == nullptr) return Error(FOUNDRY_ERR_NOT_FOUND, "image " + hash_name(hash) + " is not loaded (is it in the archive?)");
+  if (!r->entries_known) return Status::Ok();  // an image the process loaded itself: resolve() will tell
+  if (!std::binary_search(r->entries.begin(), r->entries.end(), name)) {
+    return Error(FOUNDRY_ERR_NOT_FOUND, "kernel '" + name + "' is not an entry of image " + hash_name(hash));
+  }
+  return Status::Ok();
+}
+
 Result<CUfunction> Registry::resolve(uint64_t hash, const std::string& name) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   ImageRecord* r = by_hash(hash);
   if (r == nullptr) return Error(FOUNDRY_ERR_NOT_FOUND, "image " + hash_name(hash) + " is not loaded (is it in the archive?)");
+  if (!r->loaded) FOUNDRY_RETURN_IF_ERROR(load_lazy_record(*r));
   auto cached = r->resolved.find(name);
   if (cached != r->resolved.end()) return cached->second;
   const Driver* d = driver_if_open();
@@ -400,22 +417,14 @@ Status Registry::pack(const std::string& dir, const std::vector<uint64_t>& hashe
 
 // ---- loading ------------------------------------------------------------------------------
 
-Status Registry::load_one(const std::string& path, bool* skipped) {
+Status Registry::load_one(const std::string& path, bool lazy, bool* skipped) {
   *skipped = false;
   auto file = read_image_file(path);
   if (!file.ok()) return file.status();
   ImageFileInfo& info = file.value();
-  {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    for (auto& existing : records_) {
-      if (existing->from_archive && existing->hash == info.hash) {
-        *skipped = true;
-        return Status::Ok();
-      }
-    }
-  }
   auto r = std::make_unique<ImageRecord>();
   r->entries = std::move(info.entries);
+  std::sort(r->entries.begin(), r->entries.end());  // check_entry searches them
   r->owned = std::move(info.segments);
   for (auto& o : r->owned) r->segments.emplace_back(o.data(), o.size());
   r->hash = info.hash;
@@ -427,7 +436,42 @@ Status Registry::load_one(const std::string& path, bool* skipped) {
   r->nvshmem = static_cast<int>(info.nvshmem);
   r->entries_known = true;
   r->from_archive = true;
+  r->loaded = false;
+  r->path = path;
+  driver_if_open()->cuCtxGetCurrent(&r->ctx);
+  // Read before: nothing to do, unless this eager read finds it read lazily and not loaded yet.
+  auto previous = [&]() -> ImageRecord* {
+    for (auto& existing : records_)
+      if (existing->from_archive && !existing->load_failed && existing->hash == r->hash) return existing.get();
+    return nullptr;
+  };
+  {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    ImageRecord* before = previous();
+    if (before != nullptr && (lazy || before->loaded)) {
+      *skipped = true;
+      return Status::Ok();
+    }
+  }
+  // Eager: the driver load runs outside the lock (a slow one must not hold up the process's own
+  // loads on other threads); the record goes in only once loaded.
+  if (!lazy) FOUNDRY_RETURN_IF_ERROR(load_record(*r));
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (ImageRecord* before = previous()) {  // read meanwhile, or read lazily before
+    *skipped = lazy || before->loaded;  // loading a lazily read one counts as loading it
+    if (!lazy && !before->loaded) return adopt_handles(*before, *r);
+    if (!lazy) unload_record(*r);
+    return Status::Ok();
+  }
+  if (!lazy) register_handles(*r);
+  records_.push_back(std::move(r));
+  ++archived_count_;
+  return Status::Ok();
+}
 
+Status Registry::load_record(ImageRecord& rec) {
+  ImageRecord* r = &rec;
+  const std::string& path = r->path;
   const void* code = r->segments[0].first;
   if (r->segments.size() > 1) {
     // Several -rdc segments: hand the driver a wrapper like the one cudart registered.
@@ -445,7 +489,7 @@ Status Registry::load_one(const std::string& path, bool* skipped) {
     code = w;
   }
   const Driver* d = driver_if_open();
-  if (r->loader == Loader::kLibrary) {
+  if (r->loader == Loader::kLibrary) {  // a library is not bound to a context
     CUlibrary lib = nullptr;
     // The bytes stay alive in the record, so the driver need not keep its own copy.
     CUlibraryOption opt = CU_LIBRARY_BINARY_IS_PRESERVED;
@@ -455,20 +499,59 @@ Status Registry::load_one(const std::string& path, bool* skipped) {
                                        ("cuLibraryLoadData of " + path).c_str()));
     r->libraries.push_back(lib);
   } else {
+    // A module belongs to a context: LOAD's, also when a lazy record is loaded from another thread.
+    CUcontext current = nullptr;
+    d->cuCtxGetCurrent(&current);
+    bool push = r->ctx != nullptr && r->ctx != current;
+    if (push) FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuCtxPushCurrent(r->ctx), "cuCtxPushCurrent"));
     CUmodule mod = nullptr;
-    FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuModuleLoadData(&mod, code), ("cuModuleLoadData of " + path).c_str()));
+    CUresult res = d->cuModuleLoadData(&mod, code);
+    if (push) d->cuCtxPopCurrent(&current);
+    FOUNDRY_RETURN_IF_ERROR(cuda_check(res, ("cuModuleLoadData of " + path).c_str()));
     r->modules.push_back(mod);
   }
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  void* handle = r->loader == Loader::kLibrary ? static_cast<void*>(r->libraries.front()) : static_cast<void*>(r->modules.front());
-  by_handle_[handle] = r.get();
-  if (r->loader == Loader::kModule) by_module_[r->modules.front()] = r.get();
-  records_.push_back(std::move(r));
-  ++archived_count_;
+  r->loaded = true;
   return Status::Ok();
 }
 
-Result<uint64_t> Registry::load_dir(const std::string& dir) {
+void Registry::register_handles(ImageRecord& r) {
+  void* handle = r.loader == Loader::kLibrary ? static_cast<void*>(r.libraries.front()) : static_cast<void*>(r.modules.front());
+  by_handle_[handle] = &r;
+  if (r.loader == Loader::kModule) by_module_[r.modules.front()] = &r;
+}
+
+Status Registry::adopt_handles(ImageRecord& into, ImageRecord& from) {
+  into.modules = std::move(from.modules);
+  into.libraries = std::move(from.libraries);
+  into.wrapper_storage = std::move(from.wrapper_storage);
+  into.owned.swap(from.owned);  // the bytes the driver was given stay with the handles
+  into.segments.swap(from.segments);
+  into.loaded = true;
+  register_handles(into);
+  return Status::Ok();
+}
+
+void Registry::unload_record(ImageRecord& r) {
+  const Driver* d = driver_if_open();
+  for (CUlibrary l : r.libraries) d->cuLibraryUnload(l);
+  for (CUmodule m : r.modules) d->cuModuleUnload(m);
+  r.libraries.clear();
+  r.modules.clear();
+}
+
+Status Registry::load_lazy_record(ImageRecord& r) {
+  Status s = load_record(r);
+  if (s.ok()) {
+    register_handles(r);
+    return s;
+  }
+  r.load_failed = true;
+  LOG_WARNING("archived image %s could not be loaded (%s); its kernels come from the process's own load, if any",
+              hash_name(r.hash).c_str(), s.message().c_str());
+  return s;
+}
+
+Result<uint64_t> Registry::load_dir(const std::string& dir, bool lazy) {
   FOUNDRY_RETURN_IF_ERROR(ensure_context());
   std::string images_dir = dir + "/images";
   DIR* dp = opendir(images_dir.c_str());
@@ -483,10 +566,10 @@ Result<uint64_t> Registry::load_dir(const std::string& dir) {
   uint64_t loaded = 0;
   for (const std::string& f : files) {
     bool skipped = false;
-    FOUNDRY_RETURN_IF_ERROR(load_one(images_dir + "/" + f, &skipped));
+    FOUNDRY_RETURN_IF_ERROR(load_one(images_dir + "/" + f, lazy, &skipped));
     if (!skipped) ++loaded;
   }
-  LOG_INFO("loaded %" PRIu64 " kernel images from %s", loaded, images_dir.c_str());
+  LOG_INFO("%s %" PRIu64 " kernel images from %s", lazy ? "read" : "loaded", loaded, images_dir.c_str());
   return loaded;
 }
 
@@ -498,7 +581,8 @@ Result<uint64_t> Registry::init_nvshmem() {
   auto library_init = reinterpret_cast<LibraryInit>(real_dlsym(RTLD_DEFAULT, "nvshmemx_culibrary_init"));
   uint64_t done = 0;
   for (auto& r : records_) {
-    if (!r->from_archive || r->nvshmem <= 0) continue;
+    if (!r->from_archive || r->nvshmem <= 0 || r->load_failed) continue;
+    if (!r->loaded) FOUNDRY_RETURN_IF_ERROR(load_lazy_record(*r));
     if (r->loader == Loader::kLibrary) {
       if (library_init == nullptr) return Error(FOUNDRY_ERR_NOT_FOUND, "an archived image needs NVSHMEM, but nvshmemx_culibrary_init is not loaded in this process");
       for (CUlibrary l : r->libraries) {

@@ -44,10 +44,15 @@ struct ImageRecord {
   std::vector<std::vector<uint8_t>> owned;
   std::vector<CUmodule> modules;
   std::vector<CUlibrary> libraries;
-  std::vector<std::string> entries;
+  std::vector<std::string> entries;  // sorted
   bool entries_known = false;
   int nvshmem = -1;  // -1 unknown
   bool from_archive = false;
+  bool loaded = true;  // false: an archived image read and checked, handed to the driver at first need
+  bool load_failed = false;  // a lazy load the driver refused: the record is dead (the process's own load replaces it)
+  CUcontext ctx = nullptr;   // the context a lazily loaded module goes into (LOAD's, not the first user's)
+  bool library_modules_known = false;  // its libraries' modules are in Registry::by_module_
+  std::string path;    // the archived file, named in errors
   std::unordered_map<std::string, CUfunction> resolved;
   std::unique_ptr<uint8_t[]> wrapper_storage;  // a rebuilt fatbin wrapper (LOAD of -rdc images)
 };
@@ -73,9 +78,14 @@ class Registry {
   // (image hash, entry name) of a function (or kernel) handle.
   Status lookup(CUfunction func, CUkernel kern, uint64_t* hash, std::string* name);
   Result<CUfunction> resolve(uint64_t hash, const std::string& name);
+  // Whether (hash, name) names an entry of a loaded image, from the entries archived images list
+  // (no driver call, no function loaded); FOUNDRY_ERR_NOT_FOUND naming what is missing.
+  Status check_entry(uint64_t hash, const std::string& name);
 
   Status pack(const std::string& dir, const std::vector<uint64_t>& hashes, int arch);
-  Result<uint64_t> load_dir(const std::string& dir);
+  // Reads and checks every image packed in `dir`. With `lazy`, an image goes to the driver only
+  // when a kernel of it is resolved or the process loads an identical image itself; otherwise now.
+  Result<uint64_t> load_dir(const std::string& dir, bool lazy = false);
   Result<uint64_t> init_nvshmem();
 
  private:
@@ -83,13 +93,21 @@ class Registry {
   void ensure_hashed(ImageRecord& r);
   Status ensure_entries(ImageRecord& r);
   ImageRecord* find_by_module(CUmodule mod);
-  Status load_one(const std::string& path, bool* skipped);
+  Status load_one(const std::string& path, bool lazy, bool* skipped);
+  // Hands an archived image read by load_one to the driver, into the record's context. Lazy
+  // records are loaded with mu_ held (a first resolve or the process's identical load waits).
+  Status load_record(ImageRecord& r);
+  // A lazy record at first need: loaded, or marked dead with a warning when the driver refuses it.
+  Status load_lazy_record(ImageRecord& r);
+  void register_handles(ImageRecord& r);  // caller holds mu_
+  // Gives `into` (a lazy record) the handles and bytes `from` was loaded with (caller holds mu_).
+  Status adopt_handles(ImageRecord& into, ImageRecord& from);
+  void unload_record(ImageRecord& r);  // a duplicate loaded by a racing reader
 
   std::recursive_mutex mu_;
   std::vector<std::unique_ptr<ImageRecord>> records_;
   std::unordered_map<void*, ImageRecord*> by_handle_;
   std::unordered_map<CUmodule, ImageRecord*> by_module_;  // includes modules of libraries, filled lazily
-  size_t libraries_mapped_ = 0;                           // records_ prefix whose library modules are known
   uint64_t archived_count_ = 0;
 };
 

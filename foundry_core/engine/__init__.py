@@ -84,6 +84,7 @@ from foundry_core.engine.session import (
     fallback_enabled,
 )
 from foundry_core.engine.state import STATE_NAME, EngineState, read_state, write_state
+from foundry_core.engine.triton_key import warm_triton_key
 from foundry_core.engine.values import plain
 from foundry_core.engine.worker import DeviceOps, WorkerRuntime, timed
 
@@ -109,7 +110,7 @@ __all__ = [
     "Seam", "SeamTable", "Patcher", "SeamError", "SeamResult", "check_sources", "check_installed", "directory_reader",
     "PluginContract",
     # a plugin's worker runtime
-    "WorkerRuntime", "DeviceOps", "timed",
+    "WorkerRuntime", "DeviceOps", "timed", "warm_triton_key",
     # capture helpers
     "graph_name", "tensor_addresses", "address_mismatch", "swapped", "PendingGraph", "NoCapture", "keep_graphs",
     "neutralised", "inference_mode",

@@ -34,7 +34,12 @@ def _sample(main_ident: int) -> None:
             frame = sys._current_frames().get(main_ident)
             if frame is None:
                 return
-            out.write(f"{time.time():.3f}\t{_stack(frame)}\n")
+            line = f"{time.time():.3f}\t{_stack(frame)}\n"
+            # Let go of the frame before writing and sleeping: a frame held past its function's
+            # return keeps that function's locals (CUDA tensors) alive, which moves later
+            # allocations and breaks a LOAD's address checks.
+            del frame
+            out.write(line)
             time.sleep(_INTERVAL)
 
 

@@ -37,9 +37,10 @@ def test_every_graph_kernel_maps_to_an_image_and_name(saved):
     assert all(m["hash"] and m["name"] for m in r["graph_kernels"])
 
 
-def test_reloaded_images_resolve_every_kernel_and_dedupe_later_loads(saved, program):
+@pytest.mark.parametrize("how", ["eager", "lazy", "lazy-resolve-first"])
+def test_reloaded_images_resolve_every_kernel_and_dedupe_later_loads(saved, program, how):
     directory, r = saved
-    out = program("images_probe", "load", str(directory), str(directory / "mapping.json"))
+    out = program("images_probe", "load", str(directory), str(directory / "mapping.json"), how)
     print("\nimages reloaded:", out["loaded"], "in", f"{out['load_seconds']:.4f} s,",
           "distinct kernels:", out["distinct_kernels"])
     assert out["loaded"] == len(r["used_images"])

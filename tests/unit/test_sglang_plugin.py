@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import sys
 import textwrap
+import threading
 import types
 from pathlib import Path
 from typing import Any
@@ -1144,6 +1145,23 @@ def test_load_flow_restores_instead_of_capturing(scheduler, caplog):
     assert out.next_token_logits.data_ptr() == 0x9000 and out.next_token_logits.shape == (3, 32000)
     backend.cleanup()  # 0.5.23's cleanup resets every graph: restored ones accept it
     assert any("restored 4 decode graphs" in r.getMessage() for r in caplog.records)
+
+
+def test_load_computes_tritons_cache_key_ahead(scheduler, monkeypatch):
+    from foundry_core.engine import triton_key
+
+    threads: list[str] = []
+    module = types.ModuleType("triton.runtime.cache")
+    module.triton_key = lambda: threads.append(threading.current_thread().name)
+    monkeypatch.setitem(sys.modules, "triton.runtime.cache", module)
+    triton_key.reset()
+    scheduler("save")
+    assert threads == []  # SAVE's kernel warmup computes it, as in an unmodified start
+    triton_key.reset()
+    scheduler("load")
+    triton_key._thread.join(5)
+    triton_key.reset()
+    assert threads == ["foundry-triton-key"]
 
 
 def run_log(scheduler) -> list:

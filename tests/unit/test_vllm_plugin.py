@@ -167,6 +167,8 @@ FAKE_SOURCES = {
                 self.__dict__.update(kw)
     """,
     "vllm.v1.worker.gpu.model_runner": """
+        import gc
+
         from vllm.v1.worker.gpu.cudagraph_utils import LOG, CUDAGraphMode, ModelCudaGraphManager
 
         class GPUModelRunner:
@@ -185,6 +187,7 @@ FAKE_SOURCES = {
 
             def capture_model(self):
                 LOG.append("capture_model")
+                gc.collect()
                 self.cudagraph_manager.capture(None, metadata_ptr=self.metadata_ptr)
                 return 123
     """,
@@ -896,6 +899,19 @@ def test_load_flow_restores_instead_of_capturing(worker_env, monkeypatch):
     assert log[-1] == ("replay", capture_patches.graph_name(desc))
     # LOAD mirrors SAVE's cache flushes and pauses, with no work inside them.
     assert dev.count("empty_cache") == 8 and dev.count("stop_region") == 4
+
+
+def test_load_skips_capture_models_garbage_collection(worker_env, fake_vllm, monkeypatch):
+    import gc
+
+    collections: list[str] = []
+    monkeypatch.setattr(gc, "collect", lambda *a, **k: collections.append(runtime.current().mode.value) or 0)
+    worker_env("save")
+    names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
+    assert collections == ["save"]
+    worker_env("load", state=state, archive_names=names)
+    assert collections == ["save"]  # LOAD's capture_model ran without it
+    assert fake_vllm["vllm.v1.worker.gpu.model_runner"].gc is gc  # and gave the module its gc back
 
 
 def test_load_flow_can_skip_the_jit_warmup(worker_env, monkeypatch):

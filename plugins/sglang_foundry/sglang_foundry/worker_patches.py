@@ -5,7 +5,8 @@ In start-up order (SGLang 0.5.17; file:line in docs/engine-sglang.md):
 1. ``bootstrap._init_parallel_groups`` (called by name from ``init_torch_distributed``, once the
    device is set, never for a draft worker): refuses an unsupported configuration or a scheduler
    without the preload, then ``session.begin()`` (region set) before NCCL, and the determinism
-   boundary when it returns.
+   boundary when it returns. LOAD starts computing Triton's cache key on a thread here
+   (:mod:`foundry_core.engine.triton_key`): the warmup it skips is where SGLang computed it.
 2. ``KVCacheConfigurator._resolve_memory_pool_config``: LOAD returns the ``MemoryPoolConfig`` SAVE
    recorded (no profiling); SAVE profiles as SGLang does, paused, and records the config's fields.
 3. ``ModelRunner.alloc_memory_pool``: records the KV pool SGLang allocated (tokens, bytes); LOAD
@@ -25,7 +26,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from foundry_core.engine import Mode, preload_active, resolve_settings
+from foundry_core.engine import Mode, preload_active, resolve_settings, warm_triton_key
 from foundry_core.errors import MismatchError, StateError
 
 from sglang_foundry import modes, patching, runtime
@@ -73,6 +74,8 @@ def wrap_parallel_groups(original: Callable[..., Any]) -> Callable[..., Any]:
         rt = runtime.start(server_args, scheduler_rank(kwargs), kwargs.get("model_config"))
         if rt is None:
             return original(*args, **kwargs)
+        if rt.mode is Mode.LOAD:
+            warm_triton_key()  # while SGLang loads the model; LOAD skips the warmup that computed it
         with runtime.timed("NCCL bring-up (before the determinism boundary)"):
             result = original(*args, **kwargs)
         rt.boundary()
@@ -138,6 +141,7 @@ def wrap_resolve_memory_pool_config(original: Callable[..., Any]) -> Callable[..
             except MismatchError as exc:
                 rt.fall_back(exc)
             else:
+                warm_triton_key()  # if Triton was not imported yet at the NCCL seam
                 rt.skipped("KV-cache memory profiling")
                 rt.adapter.state[POOL_CONFIG_KEY] = dict(fields)
                 logger.info("foundry: KV pool of %s tokens, as recorded at SAVE (no memory profiling)",

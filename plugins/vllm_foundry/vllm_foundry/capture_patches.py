@@ -12,7 +12,8 @@ call) is where graphs are made:
 - **LOAD** restores the archive first, then runs vLLM's same loop with the forwards replaced by
   no-ops and ``torch.cuda.graph`` / ``torch.cuda.CUDAGraph`` neutralised: the attention-metadata
   preparation (``create_forward_fn``) still happens for every descriptor, in vLLM's order, as at
-  SAVE. Each placeholder in ``self.graphs`` is then replaced by the restored graph of the same
+  SAVE; ``capture_model``'s opening full garbage collection does not. Each placeholder in
+  ``self.graphs`` is then replaced by the restored graph of the same
   descriptor (objects with ``.replay()``), and ``hidden_states`` by the restored output tensors;
   the manager and the runtime keep the archive alive (vLLM keeps only what ``self.graphs`` holds).
 
@@ -27,7 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import logging
+import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -54,7 +57,7 @@ _FALLBACK = object()
 
 __all__ = ["MAX_DEPTH", "NoCapture", "PendingGraph", "PIECE_WRAPPERS", "WRAPPERS", "address_mismatch",
            "expected_names", "graph_name", "inference_mode", "install", "keep_graphs", "neutralised", "observing", "output_tensors", "swapped",
-           "tensor_addresses", "wrap_capture", "wrap_capture_model"]
+           "tensor_addresses", "without_gc_collect", "wrap_capture", "wrap_capture_model"]
 
 
 def _split_factory_result(out: Any) -> tuple[Callable[..., Any], Any]:
@@ -258,13 +261,35 @@ def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., An
 # ---- the seams -----------------------------------------------------------------------------------
 
 
+class _GcWithoutCollect:
+    """``gc`` as ``capture_model`` sees it at LOAD: ``collect()`` does nothing, the rest is ``gc``'s."""
+
+    def collect(self, *_args: Any, **_kwargs: Any) -> int:
+        return 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(gc, name)
+
+
+def without_gc_collect(function: Callable[..., Any]) -> contextlib.AbstractContextManager[None]:
+    """LOAD: vLLM's ``capture_model`` starts with a full garbage collection, which frees memory for
+    a real capture and costs a walk of the engine's whole heap; with no forward and no capture to
+    make room for, it is skipped. Works on the module whose globals ``function`` reads ``gc``
+    from; a no-op where that module has no ``gc``."""
+    module = sys.modules.get(getattr(function, "__module__", "") or "")
+    if module is None or getattr(module, "gc", None) is not gc:
+        return contextlib.nullcontext()
+    return swapped(module, gc=_GcWithoutCollect())
+
+
 def wrap_capture_model(original: Callable[..., Any]) -> Callable[..., Any]:
     def capture_model(self: Any, *args: Any, **kwargs: Any) -> Any:
         rt = runtime.current()
         if rt is None or rt.phase is not Phase.WARMUP or kwargs.get("profile_only"):
             return original(self, *args, **kwargs)
         rt.runner = self
-        with rt.in_phase(Phase.CAPTURE, Phase.WARMUP, "capture_model (capture or restore)"):
+        quiet = without_gc_collect(original) if rt.mode is Mode.LOAD else contextlib.nullcontext()
+        with rt.in_phase(Phase.CAPTURE, Phase.WARMUP, "capture_model (capture or restore)"), quiet:
             return original(self, *args, **kwargs)
 
     return capture_model

@@ -1,4 +1,11 @@
-"""Kernel-image capture and reload in fresh processes. Usage: images_probe.py save DIR | load DIR"""
+"""Kernel-image capture and reload in fresh processes.
+
+Usage: images_probe.py save DIR | load DIR MAPPING [eager|lazy|lazy-resolve-first]. With `lazy`,
+the images are only read at first and the application's own loads come before any kernel is
+resolved, so each image reaches the driver through the application's identical load; with
+`lazy-resolve-first`, every kernel is resolved first (the images load then), and the application's
+loads must get those handles.
+"""
 
 from __future__ import annotations
 
@@ -71,21 +78,25 @@ def save(directory: str) -> dict:
     }
 
 
-def load(directory: str, mapping_path: str) -> dict:
+def load(directory: str, mapping_path: str, how: str) -> dict:
     torch.cuda.init()
     torch.cuda.synchronize()
     start = time.perf_counter()
-    n = fdry.load_cuda_modules_and_libraries(directory)
+    n = fdry.load_cuda_modules_and_libraries(directory, lazy=how != "eager")
     load_seconds = time.perf_counter() - start
     with open(mapping_path) as f:
         mapping = json.load(f)
-    resolved = {}
-    for m in mapping:
-        resolved[m["name"]] = resolve_function(m["hash"], m["name"]) != 0
+
+    def resolve_all() -> dict[str, bool]:
+        return {m["name"]: resolve_function(m["hash"], m["name"]) != 0 for m in mapping}
+
+    resolved = {} if how == "lazy" else resolve_all()
     # The application's own loads of the same images must be answered with the archived handles.
     step = workload()
     step()
     torch.cuda.synchronize()
+    if how == "lazy":
+        resolved = resolve_all()
     images = fdry.loaded_images()
     archived = {i.hash for i in images if i.from_archive}
     duplicates = [f"{i.hash:016x}" for i in images if not i.from_archive and i.hash in archived]
@@ -102,4 +113,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "save":
         emit(save(sys.argv[2]))
     else:
-        emit(load(sys.argv[2], sys.argv[3]))
+        emit(load(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else "eager"))

@@ -1,0 +1,70 @@
+"""Triton's installation key, computed ahead on a thread at LOAD.
+
+Triton keys its on-disk kernel cache by ``triton_key()``: a SHA-256 over its compiler sources
+and its ``libtriton`` binary, computed once per process (``functools.lru_cache``) at the first
+launch of a kernel the process has not loaded yet. An unmodified start pays it inside its kernel
+warmup; LOAD skips that warmup, so the first Triton kernel the engine runs outside its graphs
+paid it at the worst place: SGLang 0.5.17's attention-metadata preparation in the decode loop,
+0.31-0.36 s of that loop's 0.42 s on the H200. The hashing reads files and releases the GIL, so a
+thread started while the engine loads its model takes it off the critical path.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger("foundry")
+
+# Where Triton defines triton_key(): 3.4 and later, then the releases before.
+MODULES = ("triton.runtime.cache", "triton.compiler.compiler")
+
+_lock = threading.Lock()
+_thread: threading.Thread | None = None
+
+
+def _key_function() -> Callable[[], Any] | None:
+    """Triton's ``triton_key`` when Triton is already imported (a thread must not import it
+    while the main thread may be importing it too), else None."""
+    for name in MODULES:
+        function = getattr(sys.modules.get(name), "triton_key", None)
+        if callable(function):
+            return function
+    return None
+
+
+def _compute(function: Callable[[], Any]) -> None:
+    start = time.perf_counter()
+    try:
+        function()
+    except Exception as exc:  # noqa: BLE001 - the kernel launch that needs it will say what is wrong
+        logger.debug("foundry: Triton's cache key could not be computed ahead: %s", exc)
+        return
+    logger.debug("foundry: Triton's cache key computed ahead in %.2f s", time.perf_counter() - start)
+
+
+def warm_triton_key() -> threading.Thread | None:
+    """Starts, once per process, a daemon thread that computes Triton's cache key, so the first
+    Triton kernel launch finds it cached. Returns that thread, or None when Triton is not imported
+    yet (call again later) or a thread was started before."""
+    global _thread
+    with _lock:
+        if _thread is not None:
+            return None
+        function = _key_function()
+        if function is None:
+            return None
+        _thread = threading.Thread(target=_compute, args=(function,), name="foundry-triton-key", daemon=True)
+        _thread.start()
+        return _thread
+
+
+def reset() -> None:
+    """Forgets the thread started before (tests)."""
+    global _thread
+    with _lock:
+        _thread = None
