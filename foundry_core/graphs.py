@@ -362,6 +362,16 @@ class GraphArchive(Sequence):
             _native.call("foundry_graphset_instantiate_all", self._handle, max(threads, 1))
         return time.perf_counter() - start
 
+    def native_times(self) -> LoadTimes:
+        """The native work of this LOAD so far, read now. In lazy and background mode it grows as
+        graphs are first used: ``read_s`` (their deltas read and checked), ``build_s`` (image loads,
+        function attributes, template builds), ``update_s`` (their deltas written into templates)."""
+        native = _native.LoadTimes()
+        _native.call("foundry_graphset_info", self._handle, None, None, ctypes.byref(native))
+        return LoadTimes(read_s=native.read_s, claim_s=native.claim_s, build_s=native.build_s,
+                         update_s=native.update_s, mapped_blocks=native.mapped_blocks,
+                         existing_blocks=native.existing_blocks)
+
     def start_background(self) -> None:
         """Instantiates the graphs on a background thread; a replay before that instantiates inline."""
         _native.call("foundry_graphset_start_background", self._handle)

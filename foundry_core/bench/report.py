@@ -42,6 +42,21 @@ def phases_table(result: dict) -> Table:
     return table
 
 
+def first_replay_table(result: dict) -> Table | None:
+    """Where the first replay's seconds went, per mode (from the return of LOAD)."""
+    rows = {mode: r["first_replay_phases_s"] for mode, r in result["load"].items() if r.get("first_replay_phases_s")}
+    if not rows:
+        return None
+    table = Table(title="first replay after LOAD returned (s)")
+    names = list(next(iter(rows.values())))
+    table.add_column("mode")
+    for n in names:
+        table.add_column(n, justify="right")
+    for mode, phases in rows.items():
+        table.add_row(mode, *(f"{phases.get(n, 0.0):.4f}" for n in names))
+    return table
+
+
 def _pct(a: float | None, b: float | None) -> str:
     return f"{(b - a) / a * 100:+.2f}%" if a and b else "-"
 
@@ -75,6 +90,9 @@ def print_report(result: dict, title: str, console: Console | None = None) -> No
     console = console or Console()
     console.print(summary_table(result, title))
     console.print(phases_table(result))
+    first = first_replay_table(result)
+    if first is not None:
+        console.print(first)
     lat = latency_table(result)
     if lat is not None:
         console.print(lat)

@@ -23,11 +23,13 @@
 #      TPOT_REPS (3): repetitions of that measurement; REPEAT (1): after the checks, REPEAT-1 more
 #      pairs of an unmodified start (baseline-N, with BASELINE=1) and a LOAD start (load-N),
 #      alternating, for TPOT over several starts (recipe/tpot_spread.py); LOAD_ONLY=1: keep the
-#      archive and run the LOAD start alone (it must restore).
+#      archive and run the LOAD start alone (it must restore); CPU_LIST: run every start's
+#      processes on these CPUs only (taskset -c, e.g. the GPU's NUMA node from nvidia-smi topo -m),
+#      so that starts compared for TPOT do not differ in where the host placed them.
 # Output: OUT_DIR (default /tmp/foundry-sglang-recipe) holds one log and one JSON per start.
 set -euo pipefail
 case "${1:-}" in
-  -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
   -*) echo "usage: $0 [MODEL_DIR] [ARCHIVE_DIR] (unknown option '$1')" >&2; exit 2 ;;
 esac
 MODEL="${1:-/tmp/tiny-qwen3}"
@@ -66,6 +68,9 @@ FLAGS=( --model-path "$MODEL" --load-format dummy --attention-backend triton --s
 # shellcheck disable=SC2206
 [ -n "${EXTRA_ARGS:-}" ] && FLAGS+=( ${EXTRA_ARGS} )
 
+PIN=()
+[ -z "${CPU_LIST:-}" ] || PIN=( taskset -c "$CPU_LIST" )
+
 SERVER_PGID=""
 stop_server() {  # the server and every process it spawned (its own process group)
   [ -n "$SERVER_PGID" ] || return 0
@@ -82,7 +87,7 @@ run() {  # NAME [foundry flags...]: one start, its /health time and greedy token
   local t0 rc=0
   t0=$(date +%s.%N)
   # setsid: the server leads its own process group, so stop_server reaches its schedulers too.
-  env -u FOUNDRY_ARCHIVE -u FOUNDRY_MODE setsid "$PYTHON" -m sglang.launch_server "${FLAGS[@]}" "$@" \
+  env -u FOUNDRY_ARCHIVE -u FOUNDRY_MODE setsid "${PIN[@]}" "$PYTHON" -m sglang.launch_server "${FLAGS[@]}" "$@" \
     > "$OUT/$name.log" 2>&1 &
   SERVER_PGID=$!
   run_when_healthy "$PORT" "${START_TIMEOUT:-900}" "$SERVER_PGID" "$t0" \

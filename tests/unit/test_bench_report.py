@@ -42,3 +42,35 @@ def test_latency_table_absent_without_latency_numbers():
     r = _result({})
     r["save"]["latency_us"] = {}
     assert report.latency_table(r) is None
+
+
+def test_first_replay_table_lists_each_modes_phases():
+    r = _result({})
+    r["load"]["lazy"] = dict(r["load"]["eager"], first_replay_phases_s={
+        "delta_read": 0.001, "images_attributes_template_build": 0.0812, "delta_writes": 0.002, "replay": 0.018,
+        "instantiation_and_first_launch": 0.0121})
+    text = _render(report.first_replay_table(r))
+    assert "lazy" in text and "0.0812" in text and "0.0121" in text
+    assert "eager" not in text  # a mode without the breakdown gets no row
+
+
+def test_first_replay_table_absent_without_breakdowns():
+    assert report.first_replay_table(_result({})) is None
+
+
+def test_first_replay_phases_split_the_time_between_native_phases_and_the_rest():
+    from types import SimpleNamespace
+
+    from foundry_core.bench import worker
+
+    replays = []
+    graph = SimpleNamespace(replay=lambda: replays.append(1))
+    torch = SimpleNamespace(cuda=SimpleNamespace(synchronize=lambda: None))
+    before = SimpleNamespace(read_s=0.10, build_s=0.05, update_s=0.0)
+    after = SimpleNamespace(read_s=0.11, build_s=0.13, update_s=0.02)
+    phases = worker._first_replay_phases(torch, graph, before, after, total_s=0.2)
+    assert replays == [1]  # the second replay, timed on its own
+    assert abs(phases["delta_read"] - 0.01) < 1e-9 and abs(phases["images_attributes_template_build"] - 0.08) < 1e-9
+    assert abs(phases["delta_writes"] - 0.02) < 1e-9
+    rest = 0.2 - 0.01 - 0.08 - 0.02 - phases["replay"]
+    assert abs(phases["instantiation_and_first_launch"] - rest) < 1e-9
