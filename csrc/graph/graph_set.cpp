@@ -140,15 +140,23 @@ std::vector<const KernelNode*> beyond_template(const GraphModel& t, const std::v
   return out;
 }
 
+// g's kernel nodes, its child graphs' included.
+std::vector<const KernelNode*> kernel_nodes(const GraphModel& g) {
+  std::vector<const KernelNode*> out;
+  std::function<void(const GraphModel&)> walk = [&](const GraphModel& m) {
+    for (const Node& n : m.nodes) if (n.kind == NodeKind::kKernel) out.push_back(&n.kernel);
+    for (const GraphModel& c : m.children) walk(c);
+  };
+  walk(g);
+  return out;
+}
+
 }  // namespace
 
 Status GraphSet::check_kernels_exist() const {
   std::set<std::pair<uint64_t, std::string_view>> kernels;
-  std::function<void(const GraphModel&)> walk = [&](const GraphModel& g) {
-    for (const Node& n : g.nodes) if (n.kind == NodeKind::kKernel) kernels.emplace(n.kernel.image_hash, n.kernel.name);
-    for (const GraphModel& c : g.children) walk(c);
-  };
-  for (const GraphModel& t : payload_.templates) walk(t);
+  for (const GraphModel& t : payload_.templates)
+    for (const KernelNode* k : kernel_nodes(t)) kernels.emplace(k->image_hash, k->name);
   for (const PayloadMember& m : payload_.members)  // deltas mostly keep their template node's kernel
     for (const KernelNode* k : beyond_template(payload_.templates[m.template_index], m.delta))
       kernels.emplace(k->image_hash, k->name);
@@ -178,14 +186,11 @@ Status GraphSet::require_function_attrs(const std::vector<const KernelNode*>& no
   return Status::Ok();
 }
 
-Status GraphSet::require_function_attrs(const GraphModel& g) {
-  std::vector<const KernelNode*> kernels;
-  std::function<void(const GraphModel&)> walk = [&](const GraphModel& m) {
-    for (const Node& n : m.nodes) if (n.kind == NodeKind::kKernel) kernels.push_back(&n.kernel);
-    for (const GraphModel& c : m.children) walk(c);
-  };
-  walk(g);
-  return require_function_attrs(kernels);
+Status GraphSet::require_function_attrs(const GraphModel& g) { return require_function_attrs(kernel_nodes(g)); }
+
+Status GraphSet::prepare_member(size_t i) {
+  FOUNDRY_RETURN_IF_ERROR(ensure_delta(i));
+  return require_function_attrs(i);
 }
 
 Status GraphSet::require_function_attrs(size_t i) {
@@ -220,8 +225,7 @@ Result<CUgraph> GraphSet::template_graph(size_t i) {
   if (i >= members_.size()) return Error(FOUNDRY_ERR_INVALID_ARGUMENT, "graph index out of range");
   uint32_t t = payload_.members[i].template_index;
   std::lock_guard<std::mutex> mlock(members_[i]->mu);
-  FOUNDRY_RETURN_IF_ERROR(ensure_delta(i));
-  FOUNDRY_RETURN_IF_ERROR(require_function_attrs(i));
+  FOUNDRY_RETURN_IF_ERROR(prepare_member(i));
   std::lock_guard<std::mutex> lock(templates_[t]->mu);
   FOUNDRY_RETURN_IF_ERROR(ensure_built(t));
   FOUNDRY_RETURN_IF_ERROR(switch_to(i, &templates_[t]->work));
@@ -312,8 +316,7 @@ Status GraphSet::instantiate(size_t i) {
   Member& m = *members_[i];
   std::lock_guard<std::mutex> lock(m.mu);
   if (m.exec.load(std::memory_order_relaxed) != nullptr) return Status::Ok();
-  FOUNDRY_RETURN_IF_ERROR(ensure_delta(i));
-  FOUNDRY_RETURN_IF_ERROR(require_function_attrs(i));
+  FOUNDRY_RETURN_IF_ERROR(prepare_member(i));
   uint32_t index = payload_.members[i].template_index;
   Template& t = *templates_[index];
   std::lock_guard<std::mutex> tlock(t.mu);
@@ -359,8 +362,7 @@ Status GraphSet::instantiate_all(int threads) {
           Member& m = *members_[i];
           std::lock_guard<std::mutex> lock(m.mu);
           if (m.exec.load(std::memory_order_relaxed) != nullptr) continue;
-          FOUNDRY_RETURN_IF_ERROR(ensure_delta(i));
-          FOUNDRY_RETURN_IF_ERROR(require_function_attrs(i));
+          FOUNDRY_RETURN_IF_ERROR(prepare_member(i));
           FOUNDRY_RETURN_IF_ERROR(instantiate_from(i, &clones[t]));
         }
         return Status::Ok();

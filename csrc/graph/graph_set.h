@@ -80,6 +80,9 @@ class GraphSet {
   Status prepare_collectives();
   // Reads member i's delta if it is still pending (caller holds members_[i]->mu).
   Status ensure_delta(size_t i);
+  // Before member i goes into a CUgraph: its delta read and its kernels' attributes set (caller
+  // holds members_[i]->mu).
+  Status prepare_member(size_t i);
   // Every kernel the graphs name (those read so far) is an entry of a loaded image: a missing
   // one is reported at open, as before any graph is built.
   Status check_kernels_exist() const;

@@ -459,7 +459,10 @@ Status Registry::load_one(const std::string& path, bool lazy, bool* skipped) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   if (ImageRecord* before = previous()) {  // read meanwhile, or read lazily before
     *skipped = lazy || before->loaded;  // loading a lazily read one counts as loading it
-    if (!lazy && !before->loaded) return adopt_handles(*before, *r);
+    if (!lazy && !before->loaded) {
+      adopt_handles(*before, *r);
+      return Status::Ok();
+    }
     if (!lazy) unload_record(*r);
     return Status::Ok();
   }
@@ -520,7 +523,7 @@ void Registry::register_handles(ImageRecord& r) {
   if (r.loader == Loader::kModule) by_module_[r.modules.front()] = &r;
 }
 
-Status Registry::adopt_handles(ImageRecord& into, ImageRecord& from) {
+void Registry::adopt_handles(ImageRecord& into, ImageRecord& from) {
   into.modules = std::move(from.modules);
   into.libraries = std::move(from.libraries);
   into.wrapper_storage = std::move(from.wrapper_storage);
@@ -528,7 +531,6 @@ Status Registry::adopt_handles(ImageRecord& into, ImageRecord& from) {
   into.segments.swap(from.segments);
   into.loaded = true;
   register_handles(into);
-  return Status::Ok();
 }
 
 void Registry::unload_record(ImageRecord& r) {

@@ -101,7 +101,7 @@ class Registry {
   Status load_lazy_record(ImageRecord& r);
   void register_handles(ImageRecord& r);  // caller holds mu_
   // Gives `into` (a lazy record) the handles and bytes `from` was loaded with (caller holds mu_).
-  Status adopt_handles(ImageRecord& into, ImageRecord& from);
+  void adopt_handles(ImageRecord& into, ImageRecord& from);
   void unload_record(ImageRecord& r);  // a duplicate loaded by a racing reader
 
   std::recursive_mutex mu_;
