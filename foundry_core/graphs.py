@@ -300,6 +300,14 @@ class LoadTimes:
     extra: dict = field(default_factory=dict)
 
 
+def _native_times(handle: ctypes.c_void_p) -> LoadTimes:
+    """The graph set's native times so far (read, claims, builds, delta writes, blocks)."""
+    native = _native.LoadTimes()
+    _native.call("foundry_graphset_info", handle, None, None, ctypes.byref(native))
+    return LoadTimes(read_s=native.read_s, claim_s=native.claim_s, build_s=native.build_s, update_s=native.update_s,
+                     mapped_blocks=native.mapped_blocks, existing_blocks=native.existing_blocks)
+
+
 def payload_graph_names(handle: ctypes.c_void_p, count: int) -> list[str]:
     buf = ctypes.create_string_buffer(4096)
     names = []
@@ -366,11 +374,7 @@ class GraphArchive(Sequence):
         """The native work of this LOAD so far, read now. In lazy and background mode it grows as
         graphs are first used: ``read_s`` (their deltas read and checked), ``build_s`` (image loads,
         function attributes, template builds), ``update_s`` (their deltas written into templates)."""
-        native = _native.LoadTimes()
-        _native.call("foundry_graphset_info", self._handle, None, None, ctypes.byref(native))
-        return LoadTimes(read_s=native.read_s, claim_s=native.claim_s, build_s=native.build_s,
-                         update_s=native.update_s, mapped_blocks=native.mapped_blocks,
-                         existing_blocks=native.existing_blocks)
+        return _native_times(self._handle)
 
     def start_background(self) -> None:
         """Instantiates the graphs on a background thread; a replay before that instantiates inline."""
@@ -463,8 +467,7 @@ def load_graphs(path: str | os.PathLike, mode: str = "eager", threads: int = 4,
     # (and check) every delta now, so a corrupt one cannot surface in the middle of serving.
     opener = "foundry_graphset_open_lazy" if mode == "lazy" else "foundry_graphset_open"
     _native.call(opener, os.fsencode(directory / manifest["payload"]), ctypes.byref(handle))
-    native = _native.LoadTimes()
-    _native.call("foundry_graphset_info", handle, None, None, ctypes.byref(native))
+    native = _native_times(handle)
     times.read_s, times.claim_s, times.build_s = native.read_s, native.claim_s, native.build_s
     times.mapped_blocks, times.existing_blocks = native.mapped_blocks, native.existing_blocks
     archive = GraphArchive(manifest_path, manifest, handle, times)
@@ -472,7 +475,7 @@ def load_graphs(path: str | os.PathLike, mode: str = "eager", threads: int = 4,
         elapsed = archive.instantiate_all(1 if mode == "eager" else threads)
         # Templates are built on first use, inside instantiation: report the two apart.
         build_before = times.build_s
-        _native.call("foundry_graphset_info", handle, None, None, ctypes.byref(native))
+        native = archive.native_times()
         times.build_s, times.update_s = native.build_s, native.update_s
         if mode == "eager":  # one thread: the parts add up to the wall time
             times.instantiate_s = max(elapsed - (native.build_s - build_before) - native.update_s, 0.0)

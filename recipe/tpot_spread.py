@@ -1,9 +1,9 @@
 """Decode TPOT over several starts of each kind, against the spread of the reference starts.
 
-Usage: python recipe/tpot_spread.py DIR [--reference NAME]
+Usage: python recipe/tpot_spread.py DIR [--reference NAME] [--key KEY]
 
 Reads DIR/<kind>-<n>.json and DIR/<kind>.json (start 0 of its kind): the recipes' per-start
-results, each with ``tpot_ms`` per batch size. Prints, per kind and batch size, the median over its starts and their range; then, per
+results, each with ``tpot_ms`` (or KEY, e.g. SGLang's ``step_tpot_ms``) per batch size. Prints, per kind and batch size, the median over its starts and their range; then, per
 other kind, its median against the reference's (default: the first kind in name order) next to
 the reference's own range. Two starts replaying the same natively captured graphs differ by a
 few percent (process start, memory placement, host load), so a difference inside that range
@@ -20,13 +20,13 @@ import sys
 from pathlib import Path
 
 
-def runs_by_kind(directory: Path) -> dict[str, list[dict[str, float]]]:
-    """{kind: [tpot_ms of each start]}, starts in number order (<kind>.json first)."""
+def runs_by_kind(directory: Path, key: str = "tpot_ms") -> dict[str, list[dict[str, float]]]:
+    """{kind: [KEY of each start]}, starts in number order (<kind>.json first)."""
     found: dict[str, list[tuple[int, dict[str, float]]]] = {}
     for path in directory.glob("*.json"):
         m = re.fullmatch(r"(.+)-(\d+)", path.stem)
         kind, number = (m.group(1), int(m.group(2))) if m else (path.stem, 0)
-        tpot = json.loads(path.read_text()).get("tpot_ms") or {}
+        tpot = json.loads(path.read_text()).get(key) or {}
         if tpot:
             found.setdefault(kind, []).append((number, {str(b): float(v) for b, v in tpot.items()}))
     return {kind: [t for _, t in sorted(starts)] for kind, starts in sorted(found.items())}
@@ -73,10 +73,11 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("dir", type=Path)
     p.add_argument("--reference")
+    p.add_argument("--key", default="tpot_ms", help="the per-start numbers to compare (default: tpot_ms)")
     args = p.parse_args(argv)
-    kinds = runs_by_kind(args.dir)
+    kinds = runs_by_kind(args.dir, args.key)
     if not kinds:
-        print(f"no <kind>-<n>.json with TPOT in {args.dir}", file=sys.stderr)
+        print(f"no <kind>-<n>.json with {args.key} in {args.dir}", file=sys.stderr)
         return 1
     reference = args.reference or next(iter(kinds))
     if reference not in kinds:

@@ -25,11 +25,13 @@
 #      alternating, for TPOT over several starts (recipe/tpot_spread.py); LOAD_ONLY=1: keep the
 #      archive and run the LOAD start alone (it must restore); CPU_LIST: run every start's
 #      processes on these CPUs only (taskset -c, e.g. the GPU's NUMA node from nvidia-smi topo -m),
-#      so that starts compared for TPOT do not differ in where the host placed them.
+#      so that starts compared for TPOT do not differ in where the host placed them; STEP_LOG=1:
+#      SGLang logs every decode step (--decode-log-interval 1) and each start's JSON also gets
+#      step_tpot_ms, the scheduler's own step time per batch size (step_tpot.py).
 # Output: OUT_DIR (default /tmp/foundry-sglang-recipe) holds one log and one JSON per start.
 set -euo pipefail
 case "${1:-}" in
-  -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
   -*) echo "usage: $0 [MODEL_DIR] [ARCHIVE_DIR] (unknown option '$1')" >&2; exit 2 ;;
 esac
 MODEL="${1:-/tmp/tiny-qwen3}"
@@ -65,6 +67,7 @@ FLAGS=( --model-path "$MODEL" --load-format dummy --attention-backend triton --s
         --random-seed 0 --served-model-name tiny --host 127.0.0.1 --port "$PORT" )
 [ "${DISABLE_OVERLAP:-1}" = 1 ] && FLAGS+=( --disable-overlap-schedule )
 [ "${SKIP_SERVER_WARMUP:-0}" = 1 ] && FLAGS+=( --skip-server-warmup )
+[ "${STEP_LOG:-0}" = 1 ] && FLAGS+=( --decode-log-interval 1 )
 # shellcheck disable=SC2206
 [ -n "${EXTRA_ARGS:-}" ] && FLAGS+=( ${EXTRA_ARGS} )
 
@@ -130,6 +133,9 @@ EOF
   stop_server
   grep -E "foundry:|Capture .*decode|KV Cache is allocated" "$OUT/$name.log" || true
   [ "$rc" = 0 ] || { tail -n 80 "$OUT/$name.log"; exit "$rc"; }
+  if [ "${STEP_LOG:-0}" = 1 ] && [ -n "${TPOT:-}" ]; then
+    "$PYTHON" "$HERE/step_tpot.py" "$OUT/$name.log" "$OUT/$name.json" "$TPOT"
+  fi
 }
 
 if [ "${LOAD_ONLY:-0}" = 1 ]; then

@@ -36,3 +36,14 @@ def test_an_unknown_reference_is_named(tmp_path, capsys):
     _start(tmp_path, "load-1", 5.0, 6.0)
     assert tpot_spread.main([str(tmp_path), "--reference", "captured"]) == 1
     assert "no starts of kind 'captured'" in capsys.readouterr().err
+
+
+def test_another_key_is_compared_when_asked(tmp_path, capsys):
+    for name, http, step in (("baseline", 6.0, 5.0), ("baseline-2", 7.0, 5.1), ("load", 6.5, 5.05)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"tpot_ms": {"8": http}, "step_tpot_ms": {"8": step}}))
+    assert tpot_spread.main([str(tmp_path), "--reference", "baseline", "--key", "step_tpot_ms"]) == 0
+    out = capsys.readouterr().out
+    assert "| baseline | 2 | 5.050 (5.000-5.100) |" in out
+    assert "| load: median against baseline's | +0.0 % |" in out
+    assert tpot_spread.main([str(tmp_path), "--key", "missing_ms"]) == 1
+    assert "no <kind>-<n>.json with missing_ms" in capsys.readouterr().err
