@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from ctypes import POINTER, c_char_p, c_int, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
+from ctypes import POINTER, c_char_p, c_int, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
 
 from foundry_core import _library
 from foundry_core.errors import error_for_status
@@ -72,6 +72,7 @@ _PROTOTYPES: dict[str, tuple] = {
     "foundry_images_load": (c_int, [c_char_p, _u64p]),
     "foundry_images_load_lazy": (c_int, [c_char_p, _u64p]),
     "foundry_function_resolve": (c_int, [c_uint64, c_char_p, _u64p]),
+    "foundry_function_cache_config": (c_int, [c_uint64, POINTER(c_int32)]),
     "foundry_images_init_nvshmem": (c_int, [_u64p]),
     "foundry_image_inspect": (c_int, [c_void_p, c_uint64, POINTER(c_uint32), _u64p, POINTER(c_uint32)]),
     "foundry_fatbin_extract_cubin": (c_int, [c_void_p, c_uint64, c_int, c_void_p, c_uint64, _u64p]),

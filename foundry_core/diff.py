@@ -2,8 +2,8 @@
 
 Compared: fingerprint fields, graphs present in one archive only, the number of groups
 (templates), per graph its topology (node count, node kinds, kernel name sequence, edges) and
-parameters, the kernels (image hash, name) each archive uses, and the images each holds. For
-per-rank archives, ranks are paired by name.
+parameters, the kernels (image hash, name) each archive uses and the cache preference each kernel
+is restored with, and the images each holds. For per-rank archives, ranks are paired by name.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from foundry_core.inspect import ArchiveView, all_graphs, open_views, stored_kernels, walk_nodes
+from foundry_core.inspect import (ArchiveView, all_graphs, cache_config_name, kernel_cache_config, open_views,
+                                  stored_kernels, walk_nodes)
 
 MAX_LISTED = 10  # items named per difference line
 
@@ -83,6 +84,18 @@ def _kernels(view: ArchiveView) -> set[tuple[str, str]]:
     return {(k["image"], k["name"]) for _, k in stored_kernels(view.payload)}
 
 
+def _cache_configs(view: ArchiveView) -> dict[tuple[str, str], int]:
+    return {(k["image"], k["name"]): kernel_cache_config(k) for _, k in stored_kernels(view.payload)}
+
+
+def _cache_config_changes(a: ArchiveView, b: ArchiveView) -> list[Difference]:
+    """Kernels both archives use, restored with another L1/shared preference (cuFuncSetCacheConfig)."""
+    ca, cb = _cache_configs(a), _cache_configs(b)
+    changed = sorted(k for k in ca.keys() & cb.keys() if ca[k] != cb[k])
+    return [Difference("kernels", f"cache preference of {image}:{name}: {cache_config_name(ca[(image, name)])} (A) "
+                                  f"vs {cache_config_name(cb[(image, name)])} (B)") for image, name in changed]
+
+
 def diff_views(a: ArchiveView, b: ArchiveView) -> list[Difference]:
     """Differences between two single-rank archives."""
     out = _fingerprint(a.manifest["fingerprint"], b.manifest["fingerprint"])
@@ -95,6 +108,7 @@ def diff_views(a: ArchiveView, b: ArchiveView) -> list[Difference]:
     for name in [n for n in graphs_a if n in graphs_b]:
         out += _graph(name, graphs_a[name], graphs_b[name])
     out += _only("kernels", _kernels(a), _kernels(b), lambda k: f"{k[0]}:{k[1]}")
+    out += _cache_config_changes(a, b)
     out += _only("images", set(a.images), set(b.images))
     return out
 
@@ -114,7 +128,8 @@ def diff_archives(path_a: str | os.PathLike, path_b: str | os.PathLike) -> list[
 def render_diff(diffs: list[Difference], a: str, b: str, console: Any) -> None:
     console.print(f"A: {a}\nB: {b}", markup=False, highlight=False, soft_wrap=True)
     if not diffs:
-        console.print("identical (fingerprint, graphs, groups, topologies, parameters, kernels, images)",
+        console.print("identical (fingerprint, graphs, groups, topologies, parameters, kernels, cache preferences, "
+                      "images)",
                       markup=False, highlight=False, soft_wrap=True)
         return
     for d in diffs:

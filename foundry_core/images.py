@@ -72,6 +72,15 @@ def resolve_function(image_hash: int, name: str) -> int:
     return out.value
 
 
+def function_cache_config(handle: int) -> int:
+    """The cache preference (CUfunc_cache) last set on a CUfunction in this process, as Foundry saw
+    it: the process's own cuFuncSetCacheConfig calls (under the preload) and those LOAD made for
+    restored graphs. 0 (prefer_none) when none was set; the driver cannot be asked."""
+    out = ctypes.c_int32()
+    _native.call("foundry_function_cache_config", handle, ctypes.byref(out))
+    return out.value
+
+
 def pack_images(directory: str | os.PathLike, hashes: list[int], arch: int = 0) -> None:
     """Writes the given images into ``directory/images/`` (one checksummed file per image).
 

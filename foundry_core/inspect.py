@@ -40,6 +40,8 @@ COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "re
 # CU_GRAPH_KERNEL_NODE_PORT_*: where in the upstream kernel a dependency triggers.
 EDGE_PORTS = {0: "default", 1: "programmatic", 2: "launch-order"}
 SUMMARY_GRAPH_ROWS = 20  # graphs listed in the table; --json lists them all
+# A kernel's cache preference (func.cache_config: CUfunc_cache, set with cuFuncSetCacheConfig).
+CACHE_CONFIG_NAMES = {0: "prefer_none", 1: "prefer_shared", 2: "prefer_l1", 3: "prefer_equal"}
 
 
 # ---- the native file readers ------------------------------------------------------------------
@@ -313,6 +315,16 @@ def graph_detail(view: ArchiveView, index: int) -> dict:
     return {"rank": view.rank, "index": index, **annotate(g)}
 
 
+def cache_config_name(value: int) -> str:
+    """A kernel's CUfunc_cache by name (func.cache_config in the payload dump)."""
+    return CACHE_CONFIG_NAMES.get(value, f"cache config {value}")
+
+
+def kernel_cache_config(k: dict) -> int:
+    """The cache preference of a kernel of a payload dump (0, prefer_none, when not recorded)."""
+    return k.get("func", {}).get("cache_config", 0)
+
+
 def collective_op(op: int) -> str:
     return COLLECTIVE_OPS[op] if 0 <= op < len(COLLECTIVE_OPS) else f"op {op}"
 
@@ -326,8 +338,10 @@ def describe_node(n: dict) -> str:
     kind = n["kind"]
     if kind == "kernel":
         k = n["kernel"]
+        # The cache preference only when the kernel has one: most keep the driver's default.
+        cache = f" cache={cache_config_name(kernel_cache_config(k))}" if kernel_cache_config(k) else ""
         return (f"kernel  {k.get('demangled', k['name'])}  grid={_dim(k['grid'])} block={_dim(k['block'])} "
-                f"smem={k['shared_mem']}  image={k['image']}")
+                f"smem={k['shared_mem']}{cache}  image={k['image']}")
     if kind == "memset":
         m = n["memset"]
         return (f"memset  dst={m['dst']:#x} value={m['value']:#x} element={m['element_size']}B "

@@ -5,6 +5,7 @@
 
 #include "capi/errors.h"
 #include "capi/foundry.h"
+#include "modules/cache_configs.h"
 #include "modules/registry.h"
 
 using namespace foundry;
@@ -74,6 +75,12 @@ foundry_status foundry_function_resolve(uint64_t image_hash, const char* name, u
   auto f = Registry::instance().resolve(image_hash, name);
   if (!f.ok()) return report(f.status());
   *func = reinterpret_cast<uint64_t>(f.value());
+  return FOUNDRY_OK;
+}
+
+foundry_status foundry_function_cache_config(uint64_t func, int32_t* config) {
+  if (config == nullptr) return report(Error(FOUNDRY_ERR_INVALID_ARGUMENT, "config is NULL"));
+  *config = CacheConfigLog::instance().get(reinterpret_cast<CUfunction>(func), nullptr, 0);
   return FOUNDRY_OK;
 }
 

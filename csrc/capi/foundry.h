@@ -154,6 +154,10 @@ FOUNDRY_API foundry_status foundry_images_load(const char* dir, uint64_t* loaded
 FOUNDRY_API foundry_status foundry_images_load_lazy(const char* dir, uint64_t* loaded);
 /* Resolves (image hash, entry name) to a CUfunction of the current context. */
 FOUNDRY_API foundry_status foundry_function_resolve(uint64_t image_hash, const char* name, uint64_t* func);
+/* The cache preference (CUfunc_cache: 0 none, 1 shared, 2 L1, 3 equal) last set on a CUfunction in
+ * this process: by the process through cuFuncSetCacheConfig (seen by the preload), or by LOAD for a
+ * restored graph's kernel. 0 when none was set. The driver itself has no way to read it back. */
+FOUNDRY_API foundry_status foundry_function_cache_config(uint64_t func, int32_t* config);
 /* Runs nvshmemx_cumodule_init / nvshmemx_culibrary_init for loaded images that need it. */
 FOUNDRY_API foundry_status foundry_images_init_nvshmem(uint64_t* initialised);
 

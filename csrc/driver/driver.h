@@ -27,7 +27,8 @@
   X(cuLibraryGetModule) X(cuLibraryGetGlobal) X(cuKernelGetName) X(cuKernelGetLibrary)            \
   X(cuKernelGetFunction) X(cuKernelGetParamInfo) X(cuKernelGetAttribute) X(cuKernelSetAttribute)  \
   X(cuFuncGetName) X(cuFuncGetModule) X(cuFuncGetParamInfo) X(cuFuncGetAttribute)                \
-  X(cuFuncSetAttribute) X(cuFuncLoad) X(cuFuncIsLoaded)                                           \
+  X(cuFuncSetAttribute) X(cuFuncLoad) X(cuFuncIsLoaded) X(cuFuncSetCacheConfig)                  \
+  X(cuKernelSetCacheConfig)                                                                       \
   X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphGetNodes) X(cuGraphGetEdges) X(cuGraphNodeGetType)  \
   X(cuGraphKernelNodeGetParams) X(cuGraphKernelNodeGetAttribute) X(cuGraphKernelNodeSetAttribute) \
   X(cuGraphMemsetNodeGetParams) X(cuGraphMemcpyNodeGetParams) X(cuGraphEventRecordNodeGetEvent)   \

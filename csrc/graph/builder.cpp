@@ -7,6 +7,7 @@
 #include "collective/live_collectives.h"
 #include "common/log.h"
 #include "driver/driver.h"
+#include "modules/cache_configs.h"
 #include "modules/registry.h"
 
 namespace foundry {
@@ -40,6 +41,30 @@ void memcpy_params(const MemcpyNode& m, CUDA_MEMCPY3D* out) {
   out->WidthInBytes = m.width, out->Height = m.height, out->Depth = m.depth;
 }
 
+static_assert(kCachePreferNone == CU_FUNC_CACHE_PREFER_NONE && kCachePreferShared == CU_FUNC_CACHE_PREFER_SHARED &&
+                  kCachePreferL1 == CU_FUNC_CACHE_PREFER_L1 && kCachePreferEqual == CU_FUNC_CACHE_PREFER_EQUAL,
+              "the model stores CUfunc_cache by value");
+
+// The archived copy of a kernel starts with the driver's default preference; SAVE's process had
+// set another one (Triton: PREFER_SHARED above 48 KiB of shared memory). Launching with another
+// L1/shared split than the captured graph would change how the kernel runs, and the driver may
+// synchronize between launches of differing preferences. Only a preference: a refusal is logged,
+// the graph still runs correctly.
+static void apply_cache_config(const KernelNode& k, CUfunction func) {
+  if (k.func.cache_config == kCachePreferNone) return;
+  CUresult r = driver_if_open()->cuFuncSetCacheConfig(func, static_cast<CUfunc_cache>(k.func.cache_config));
+  if (r != CUDA_SUCCESS) {
+    LOG_WARNING("%s", cuda_error(r, ("cuFuncSetCacheConfig(" + std::to_string(k.func.cache_config) + ") for " + k.name).c_str())
+                          .message().c_str());
+    return;
+  }
+  // Noted as the interposer notes the application's calls, so a later SAVE of this process keeps it.
+  CUmodule owner = nullptr;
+  if (driver_if_open()->cuFuncGetModule(&owner, func) != CUDA_SUCCESS) owner = nullptr;
+  CacheConfigLog::instance().note_function(func, owner, k.func.cache_config);
+  LOG_DEBUG("cache preference %d set on %s", k.func.cache_config, k.name.c_str());
+}
+
 Status apply_function_attrs(const KernelNode& k, int32_t max_dynamic_shared, bool first) {
   auto func = Registry::instance().resolve(k.image_hash, k.name);
   if (!func.ok()) return func.status();
@@ -58,6 +83,7 @@ Status apply_function_attrs(const KernelNode& k, int32_t max_dynamic_shared, boo
   if (k.func.preferred_carveout >= 0) {
     d->cuFuncSetAttribute(func.value(), CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, k.func.preferred_carveout);
   }
+  apply_cache_config(k, func.value());
   return Status::Ok();
 }
 

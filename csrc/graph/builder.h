@@ -23,10 +23,10 @@ Status kernel_params(const KernelNode& k, CUDA_KERNEL_NODE_PARAMS* out, std::vec
 void memset_params(const MemsetNode& m, CUDA_MEMSET_NODE_PARAMS* out);
 void memcpy_params(const MemcpyNode& m, CUDA_MEMCPY3D* out);
 
-// Sets the function attributes a kernel needs (dynamic shared memory, cluster permissions).
 // Sets a kernel's function attributes for graph nodes: its dynamic shared memory limit raised to
 // `max_dynamic_shared` (never lowered: the attribute is the process's, and another user of the
-// function may need more), and with `first`, its carveout and non-portable cluster permission.
+// function may need more), and with `first`, its carveout, non-portable cluster permission and
+// cache preference (cuFuncSetCacheConfig, when SAVE's process had set one).
 Status apply_function_attrs(const KernelNode& k, int32_t max_dynamic_shared, bool first);
 
 class LiveCollectives;

@@ -35,6 +35,12 @@ struct LaunchAttr {
   std::vector<uint8_t> value;  // sizeof(CUlaunchAttributeValue) bytes
 };
 
+// CUfunc_cache (cuda.h), by value, so that the model needs no driver header.
+constexpr int32_t kCachePreferNone = 0;  // the driver's default
+constexpr int32_t kCachePreferShared = 1;
+constexpr int32_t kCachePreferL1 = 2;
+constexpr int32_t kCachePreferEqual = 3;
+
 // Function attributes the restored kernel needs set before instantiation.
 struct FunctionAttrs {
   int32_t max_dynamic_shared = 0;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -42,6 +48,10 @@ struct FunctionAttrs {
   int32_t required_cluster[3] = {0, 0, 0};
   int32_t non_portable_cluster = 0;
   int32_t cluster_scheduling = 0;
+  // The L1/shared split preferred with cuFuncSetCacheConfig (Triton asks for kCachePreferShared on
+  // kernels above 48 KiB of shared memory). One per kernel, not per node: the node encoding leaves
+  // it out, the payload stores it once per kernel (payload.h), and node comparisons ignore it.
+  int32_t cache_config = kCachePreferNone;
 };
 
 struct KernelNode {

@@ -1,13 +1,18 @@
 #include "graph/payload.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <set>
+#include <thread>
 
 #include "archive/bytes.h"
 #include "archive/container.h"
 #include "common/hash.h"
+#include "common/log.h"
 #include "common/parallel.h"
 #include "graph/serialize.h"
 
@@ -18,6 +23,7 @@ constexpr uint32_t kSectionHeader = 1;
 constexpr uint32_t kSectionTemplate = 2;
 constexpr uint32_t kSectionMember = 3;
 constexpr uint32_t kSectionNames = 4;
+constexpr uint32_t kSectionCacheConfigs = 5;  // optional, see payload.h
 constexpr size_t kMaxName = 4096;
 constexpr uint32_t kMaxGraphs = 1 << 20;
 // Sections are decoded on several threads when there are many of them or many bytes in them: a
@@ -66,6 +72,84 @@ std::string hex(uint64_t v) {
   return buf;
 }
 
+// ---- the kernel cache-config table ----
+
+constexpr const char* kCacheTable = "kernel cache-config table";
+constexpr size_t kCacheEntryBytes = 8 + 8 + 4;  // image hash, an empty name's length, CUfunc_cache
+
+std::string kernel_label(uint64_t hash, const std::string& name) {
+  char image[24];
+  std::snprintf(image, sizeof image, "%016" PRIx64, hash);
+  return "kernel " + name + " of image " + image;
+}
+
+std::vector<uint8_t> encode_cache_configs(const CacheConfigTable& table) {
+  ByteWriter w;
+  w.u32(static_cast<uint32_t>(table.size()));
+  for (const auto& [kernel, config] : table) {
+    w.u64(kernel.first);
+    w.string(kernel.second);
+    w.u32(static_cast<uint32_t>(config));
+  }
+  return w.take();
+}
+
+// The table, when the file has one (it is optional: older files and files whose kernels all
+// keep the default have none). Anything malformed is refused, naming the table and the entry:
+// a corrupt preference must not reach cuFuncSetCacheConfig.
+Status read_cache_configs(const Container& c, const std::string& path, CacheConfigTable* out) {
+  std::vector<const Section*> sections = c.find_all(kSectionCacheConfigs);
+  if (sections.empty()) return Status::Ok();
+  const std::string where = path + ": " + kCacheTable;
+  if (sections.size() > 1)
+    return Error(FOUNDRY_ERR_FORMAT, where + ": the file holds " + std::to_string(sections.size()) + " tables, one at most");
+  ByteReader r(c.data(*sections[0]));
+  uint32_t n = 0;
+  if (!r.count32(&n, kCacheEntryBytes)) return Error(FOUNDRY_ERR_FORMAT, path + ": " + r.status(kCacheTable).message());
+  CacheConfigTable table;
+  for (uint32_t i = 0; i < n; ++i) {
+    uint64_t hash = 0;
+    std::string name;
+    uint32_t config = 0;
+    r.u64(&hash), r.string(&name, kMaxKernelNameBytes), r.u32(&config);
+    std::string entry = std::string(kCacheTable) + " entry " + std::to_string(i);
+    if (!r.ok()) return Error(FOUNDRY_ERR_FORMAT, path + ": " + r.status(entry.c_str()).message());
+    entry = path + ": " + entry + " (" + kernel_label(hash, name) + ")";
+    if (config > static_cast<uint32_t>(kCachePreferEqual))
+      return Error(FOUNDRY_ERR_FORMAT, entry + ": cache config " + std::to_string(config) + " is not a CUfunc_cache value (0 to 3)");
+    if (!table.emplace(std::make_pair(hash, std::move(name)), static_cast<int32_t>(config)).second)
+      return Error(FOUNDRY_ERR_FORMAT, entry + ": a second entry for that kernel");
+  }
+  if (!r.at_end())
+    return Error(FOUNDRY_ERR_FORMAT, where + ": " + std::to_string(r.remaining()) + " bytes after its " + std::to_string(n) + " entries");
+  *out = std::move(table);
+  return Status::Ok();
+}
+
+int32_t cache_config_of(const CacheConfigTable& table, const KernelNode& k) {
+  if (table.empty()) return kCachePreferNone;  // the common case: no lookup, no key built
+  auto it = table.find({k.image_hash, k.name});
+  return it == table.end() ? kCachePreferNone : it->second;
+}
+
+// The node encoding has no cache preference: every kernel node of a template gets its kernel's.
+void fill_cache_configs(const CacheConfigTable& table, GraphModel* g) {
+  for (Node& n : g->nodes)
+    if (n.kind == NodeKind::kKernel) n.kernel.func.cache_config = cache_config_of(table, n.kernel);
+  for (GraphModel& c : g->children) fill_cache_configs(table, &c);
+}
+
+// A delta node starts as a copy of its template node, preference included: only a delta that
+// runs another kernel needs its own.
+void fill_cache_configs(const Payload& p, const GraphModel& tmpl, std::vector<NodeDelta>* delta) {
+  for (NodeDelta& d : *delta) {
+    if (d.value.kind != NodeKind::kKernel) continue;
+    KernelNode& k = d.value.kernel;
+    const KernelNode& base = tmpl.nodes[d.node].kernel;
+    if (k.image_hash != base.image_hash || k.name != base.name) k.func.cache_config = cache_config_of(p.cache_configs, k);
+  }
+}
+
 std::string graph_label(const std::string& path, size_t i, const std::string& name) {
   return path + ": graph " + std::to_string(i) + (name.empty() ? "" : " (" + name + ")");
 }
@@ -88,6 +172,7 @@ Status read_member_delta(ByteReader& r, const Payload& p, size_t i, const std::s
   if (!ds.ok()) return Error(ds.code(), graph_label(path, i, m->name) + ": " + ds.message());
   for (const NodeDelta& d : delta)
     if (!event_in_range(d.value, p.event_count)) return event_error(graph_label(path, i, m->name), d.value, p.event_count);
+  fill_cache_configs(p, p.templates[m->template_index], &delta);
   m->delta = std::move(delta);
   return Status::Ok();
 }
@@ -159,6 +244,9 @@ Status write_payload(const std::string& path, const Payload& p) {
   ByteWriter nw;
   write_names(nw, names);
   c.add(kSectionNames, nw.take());
+  // Only when some kernel has a preference: other files stay as older builds wrote them.
+  CacheConfigTable cache_configs = cache_config_table(p);
+  if (!cache_configs.empty()) c.add(kSectionCacheConfigs, encode_cache_configs(cache_configs));
   for (auto& t : templates) c.add(kSectionTemplate, std::move(t));
   for (const PayloadMember& m : p.members) {
     ByteWriter w;
@@ -203,6 +291,7 @@ Result<Payload> parse_payload(const Container& c, const std::string& path, Delta
   std::vector<std::string> names;
   Status names_status = read_names(nr.value(), &names);
   if (!names_status.ok()) return Error(names_status.code(), path + ": " + names_status.message());
+  FOUNDRY_RETURN_IF_ERROR(read_cache_configs(c, path, &p.cache_configs));
   auto templates = c.find_all(kSectionTemplate);
   auto members = c.find_all(kSectionMember);
   if (templates.size() != n_templates || members.size() != n_members || n_members > kMaxGraphs) {
@@ -215,6 +304,7 @@ Result<Payload> parse_payload(const Container& c, const std::string& path, Delta
     ByteReader r(c.data(*templates[t]));
     Status st = read_graph(r, &p.templates[t], 0, &names);
     if (!st.ok()) return Error(st.code(), path + ": template " + std::to_string(t) + ": " + st.message());
+    fill_cache_configs(p.cache_configs, &p.templates[t]);
     return Status::Ok();
   }));
   for (size_t t = 0; t < p.templates.size(); ++t) {
@@ -269,6 +359,20 @@ Status read_pending_delta(Payload* p, size_t i, const std::string& path) {
   FOUNDRY_RETURN_IF_ERROR(trailing_bytes(r, where, i, m.name));
   m.delta_pending = false;
   return Status::Ok();
+}
+
+CacheConfigTable cache_config_table(const Payload& p) {
+  CacheConfigTable table;
+  std::set<std::pair<uint64_t, std::string>> warned;
+  for_each_node(p, [&](const Node& n) {
+    if (n.kind != NodeKind::kKernel || n.kernel.func.cache_config == kCachePreferNone) return;
+    const KernelNode& k = n.kernel;
+    auto [it, fresh] = table.try_emplace({k.image_hash, k.name}, k.func.cache_config);
+    if (fresh || it->second == k.func.cache_config || !warned.insert(it->first).second) return;
+    LOG_WARNING("%s: the graphs were saved with cache preferences %d and %d; the archive keeps %d",
+                kernel_label(k.image_hash, k.name).c_str(), it->second, k.func.cache_config, it->second);
+  });
+  return table;
 }
 
 void for_each_node(const Payload& p, const std::function<void(const Node&)>& visit) {

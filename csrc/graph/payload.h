@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <new>
 #include <string>
@@ -22,8 +23,19 @@ namespace foundry {
 // 2: kernel deltas may name another kernel. 3: a graph's region blocks come before its delta, so
 // that a reader can take every graph's blocks and leave the deltas for later. Versions 2 and 3
 // are read; 3 is written.
+//
+// Optional sections need no version: the reader looks sections up by type and passes over types
+// it does not know. The kernel cache-config table (one section, only when some kernel has a
+// preference other than CU_FUNC_CACHE_PREFER_NONE) lists
+//   u32 count, then per kernel: u64 image hash, string entry name, u32 CUfunc_cache
+// sorted by (hash, name). A file without it (older builds, or no such kernel) reads as
+// PREFER_NONE everywhere; an older build reading a newer file ignores it and restores the kernels
+// with the driver's default preference, as it always did.
 constexpr uint32_t kPayloadVersion = 3;
 constexpr uint32_t kOldestPayloadVersion = 2;
+
+// (image hash, entry name) -> CUfunc_cache, for kernels whose preference is not PREFER_NONE.
+using CacheConfigTable = std::map<std::pair<uint64_t, std::string>, int32_t>;
 
 struct PayloadMember {
   std::string name;
@@ -75,7 +87,17 @@ struct Payload {
   // is copied in whole, and only those bytes are ever read).
   std::shared_ptr<const OpenFile> pending_file;
   std::vector<uint8_t, DefaultInitAllocator<uint8_t>> pending_bytes;
+  // The cache-config table as read; the reader has set every kernel node's func.cache_config from
+  // it, and a delta read later takes its kernels' values from here. write_payload writes the table
+  // from the nodes, not from this field.
+  CacheConfigTable cache_configs;
 };
+
+// The table write_payload stores for p: every kernel of the templates (child graphs included) and
+// of the members' deltas whose func.cache_config is not PREFER_NONE. Nodes of one kernel agree when
+// they come from one SAVE; where they do not (payloads of several processes merged), the first
+// preference other than PREFER_NONE in payload order is kept (with a warning when two differ).
+CacheConfigTable cache_config_table(const Payload& p);
 
 // Every node a payload holds: templates (child graphs included), then members' deltas (those
 // read; a pending delta is not visited).

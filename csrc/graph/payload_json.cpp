@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include "archive/bytes.h"
@@ -16,8 +17,10 @@ namespace {
 using json::Value;
 
 // The document's own version (its layout is in payload_json.h), apart from the binary payload's:
-// 2 since kernel deltas may name another kernel.
-constexpr uint32_t kPayloadJsonVersion = 2;
+// 2 since kernel deltas may name another kernel; 3 since a kernel's "func" holds its cache
+// preference ("cache_config"). Version 2 documents are still read (no cache_config: PREFER_NONE).
+constexpr uint32_t kPayloadJsonVersion = 3;
+constexpr uint32_t kOldestPayloadJsonVersion = 2;
 
 // Limits read_payload applies to what it reads (graph names, graph count); mirrored here so a
 // document accepted here makes a file read_payload accepts.
@@ -60,7 +63,8 @@ Value kernel_value(const KernelNode& k) {
       .set("preferred_carveout", Value::i64(k.func.preferred_carveout))
       .set("required_cluster", triple(k.func.required_cluster))
       .set("non_portable_cluster", Value::i64(k.func.non_portable_cluster))
-      .set("cluster_scheduling", Value::i64(k.func.cluster_scheduling));
+      .set("cluster_scheduling", Value::i64(k.func.cluster_scheduling))
+      .set("cache_config", Value::i64(k.func.cache_config));
   Value v = Value::object();
   v.set("image", Value::string(hex_hash(k.image_hash)))
       .set("name", Value::string(k.name))
@@ -174,9 +178,12 @@ Value member_value(const PayloadMember& m) {
 
 // ---- reading --------------------------------------------------------------------------------
 
-// The first error of one document. Readers chain many reads and check once, as ByteReader does.
+// The first error of one document, and its version. Readers chain many reads and check once, as
+// ByteReader does.
 class Ctx {
  public:
+  uint32_t version = kPayloadJsonVersion;
+
   bool ok() const { return error_.ok(); }
   const Status& status() const { return error_; }
   bool fail(const std::string& path, const std::string& why) {
@@ -332,6 +339,10 @@ bool read_func(Ctx& c, const Value* v, const std::string& path, FunctionAttrs* f
   o.three("required_cluster", f->required_cluster);
   o.i32("non_portable_cluster", &f->non_portable_cluster);
   o.i32("cluster_scheduling", &f->cluster_scheduling);
+  // Version 2 documents have no cache_config (finish() refuses one there as an unknown field).
+  if (c.version >= 3 && o.i32("cache_config", &f->cache_config) &&
+      (f->cache_config < kCachePreferNone || f->cache_config > kCachePreferEqual))
+    c.fail(o.at("cache_config"), "value " + std::to_string(f->cache_config) + " is not a CUfunc_cache value (0 to 3)");
   return o.finish();
 }
 
@@ -482,6 +493,37 @@ bool read_member(Ctx& c, const Value* v, const std::string& path, PayloadMember*
   return o.finish();
 }
 
+// Every kernel node of g (children included) with its path in the document.
+void kernel_paths(const GraphModel& g, const std::string& path,
+                  std::vector<std::pair<const KernelNode*, std::string>>* out) {
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].kind == NodeKind::kKernel) out->emplace_back(&g.nodes[i].kernel, index_path(path + ".nodes", i));
+  for (size_t i = 0; i < g.children.size(); ++i) kernel_paths(g.children[i], index_path(path + ".children", i), out);
+}
+
+// The binary payload stores one cache preference per kernel (payload.h): a document giving one
+// kernel two could not come back from the file as written.
+Status check_one_cache_config_per_kernel(const Payload& p) {
+  std::vector<std::pair<const KernelNode*, std::string>> kernels;
+  for (size_t i = 0; i < p.templates.size(); ++i) kernel_paths(p.templates[i], index_path("templates", i), &kernels);
+  for (size_t i = 0; i < p.members.size(); ++i)
+    for (size_t d = 0; d < p.members[i].delta.size(); ++d)
+      if (p.members[i].delta[d].value.kind == NodeKind::kKernel)
+        kernels.emplace_back(&p.members[i].delta[d].value.kernel, index_path("members[" + std::to_string(i) + "].delta", d) + ".value");
+  std::map<std::pair<uint64_t, std::string>, const std::pair<const KernelNode*, std::string>*> first;
+  for (const auto& entry : kernels) {
+    const KernelNode& k = *entry.first;
+    auto [it, fresh] = first.try_emplace({k.image_hash, k.name}, &entry);
+    int32_t seen = it->second->first->func.cache_config;
+    if (fresh || seen == k.func.cache_config) continue;
+    return Error(FOUNDRY_ERR_FORMAT, "payload JSON: " + entry.second + ".kernel.func.cache_config: " +
+                                         std::to_string(k.func.cache_config) + ", but " + it->second->second +
+                                         " runs the same kernel (" + k.name + ") with " + std::to_string(seen) +
+                                         ": a kernel has one cache preference");
+  }
+  return Status::Ok();
+}
+
 Status prefixed(const std::string& where, const Status& s) {
   if (s.ok()) return s;
   return Error(s.code(), "payload JSON: " + where + ": " + s.message());
@@ -519,7 +561,7 @@ Status check_like_read_payload(const Payload& p) {
     std::vector<NodeDelta> back;
     FOUNDRY_RETURN_IF_ERROR(prefixed(where + ".delta", read_delta(r, p.templates[m.template_index], &back)));
   }
-  return Status::Ok();
+  return check_one_cache_config_per_kernel(p);
 }
 
 }  // namespace
@@ -545,10 +587,12 @@ Result<Payload> payload_from_json(const std::string& text) {
   Payload p;
   Obj o(c, &doc.value(), "");
   uint32_t version = 0;
-  if (o.u("version", &version) && version != kPayloadJsonVersion) {
-    return Error(FOUNDRY_ERR_VERSION, "payload JSON: version " + std::to_string(version) + ", this build writes " +
+  if (o.u("version", &version) && (version < kOldestPayloadJsonVersion || version > kPayloadJsonVersion)) {
+    return Error(FOUNDRY_ERR_VERSION, "payload JSON: version " + std::to_string(version) + ", this build reads " +
+                                          std::to_string(kOldestPayloadJsonVersion) + " to " +
                                           std::to_string(kPayloadJsonVersion));
   }
+  c.version = version;
   Obj region(c, o.get("region"), o.at("region"));
   region.u("base", &p.region_base), region.u("size", &p.region_size);
   region.finish();

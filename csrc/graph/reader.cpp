@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/strict.h"
 #include "driver/driver.h"
+#include "modules/cache_configs.h"
 #include "modules/registry.h"
 #include "region/region.h"
 
@@ -147,6 +148,10 @@ Result<const Reader::FunctionInfo*> Reader::function_info(CUfunction func, CUker
   fattr(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH, &f.required_cluster[2]);
   fattr(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, &f.non_portable_cluster);
   fattr(CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE, &f.cluster_scheduling);
+  // No driver call reads a cache preference back: it is what the process was seen setting.
+  CUdevice dev = 0;
+  if (d->cuCtxGetDevice(&dev) != CUDA_SUCCESS) dev = 0;
+  f.cache_config = CacheConfigLog::instance().get(func, kern, dev);
   auto inserted = functions_.emplace(key, std::move(info));
   return static_cast<const FunctionInfo*>(&inserted.first->second);
 }

@@ -110,6 +110,8 @@ bool slots_equal(const std::vector<ParamSlot>& a, const std::vector<ParamSlot>& 
   return true;
 }
 
+// cache_config is left out: it belongs to the kernel, not the node, and the node encoding does not
+// carry it (the payload's table does), so a decoded node must compare equal to the one written.
 bool func_equal(const FunctionAttrs& a, const FunctionAttrs& b) {
   return a.max_dynamic_shared == b.max_dynamic_shared && a.preferred_carveout == b.preferred_carveout &&
          a.required_cluster[0] == b.required_cluster[0] && a.required_cluster[1] == b.required_cluster[1] &&

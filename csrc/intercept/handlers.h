@@ -34,3 +34,6 @@ FOUNDRY_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fi
                                                CUlibraryOption* libraryOptions, void** libraryOptionValues,
                                                unsigned int numLibraryOptions);
 FOUNDRY_EXPORT CUresult cuLibraryUnload(CUlibrary library);
+// Cache preferences (no getter exists): recorded for SAVE, then passed to the driver.
+FOUNDRY_EXPORT CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config);
+FOUNDRY_EXPORT CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev);

@@ -4,6 +4,7 @@
 #include "driver/driver.h"
 #include "intercept/handlers.h"
 #include "intercept/table.h"
+#include "modules/cache_configs.h"
 #include "modules/registry.h"
 
 using foundry::Loader;
@@ -59,7 +60,10 @@ FOUNDRY_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
   // Archived modules are shared with restored graphs: they live as long as the process.
   if (reg.is_archived_handle(hmod, Loader::kModule)) return CUDA_SUCCESS;
   CUresult r = real()->cuModuleUnload(hmod);
-  if (r == CUDA_SUCCESS) reg.forget_handle(hmod, Loader::kModule);
+  if (r == CUDA_SUCCESS) {
+    reg.forget_handle(hmod, Loader::kModule);
+    foundry::CacheConfigLog::instance().forget_owner(hmod);
+  }
   return r;
 }
 
@@ -89,6 +93,9 @@ FOUNDRY_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
   Registry& reg = Registry::instance();
   if (reg.is_archived_handle(library, Loader::kLibrary)) return CUDA_SUCCESS;
   CUresult r = real()->cuLibraryUnload(library);
-  if (r == CUDA_SUCCESS) reg.forget_handle(library, Loader::kLibrary);
+  if (r == CUDA_SUCCESS) {
+    reg.forget_handle(library, Loader::kLibrary);
+    foundry::CacheConfigLog::instance().forget_owner(library);
+  }
   return r;
 }

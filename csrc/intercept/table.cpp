@@ -30,6 +30,8 @@ const InterposedSymbol kTable[] = {
     {"cuLibraryLoadData", "cuLibraryLoadData", 0, H(cuLibraryLoadData)},
     {"cuLibraryLoadFromFile", "cuLibraryLoadFromFile", 0, H(cuLibraryLoadFromFile)},
     {"cuLibraryUnload", "cuLibraryUnload", 0, H(cuLibraryUnload)},
+    {"cuFuncSetCacheConfig", "cuFuncSetCacheConfig", 0, H(cuFuncSetCacheConfig)},
+    {"cuKernelSetCacheConfig", "cuKernelSetCacheConfig", 0, H(cuKernelSetCacheConfig)},
 };
 #undef H
 

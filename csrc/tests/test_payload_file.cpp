@@ -1,11 +1,12 @@
 // The payload file: write_payload / read_payload round trip at a size parsed on several threads,
 // errors reported for the first bad section in file order, as a serial parse would, deltas read
-// later (lazy LOAD), and version 2 files.
+// later (lazy LOAD), version 2 files, and the optional kernel cache-config table.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "archive/bytes.h"
@@ -356,4 +357,185 @@ TEST_CASE("a payload parsed from memory copies its pending deltas out") {
   c = Result<Container>(Container());  // the copy outlives the container
   CHECK(read_pending_delta(&p, 1, "memory").ok());
   CHECK_EQ(p.members[1].delta.at(0).value.kernel.grid[0], 501u);
+}
+
+// ---- the kernel cache-config table -------------------------------------------------------------
+
+namespace {
+
+constexpr uint32_t kCacheTableType = 5;  // payload.cpp's kSectionCacheConfigs
+
+// two_members() with kernel 1 preferring shared memory (every node that runs it), a child graph
+// whose kernel prefers L1, and bs=1's delta running a fourth kernel that prefers an equal split.
+Payload with_cache_configs() {
+  Payload p = two_members();
+  p.templates[0].nodes[1].kernel.func.cache_config = kCachePreferShared;
+  GraphModel child = small_graph(9);
+  for (size_t i = 0; i < child.nodes.size(); ++i) child.nodes[i].kernel.name = "_Z6child" + std::to_string(i);
+  child.nodes[0].kernel.func.cache_config = kCachePreferL1;
+  p.templates[0].children.push_back(child);
+  Node child_node;
+  child_node.kind = NodeKind::kChildGraph;
+  p.templates[0].nodes.push_back(child_node);
+  Node other = p.templates[0].nodes[0];
+  other.kernel.name = "_Z5otherv";
+  other.kernel.func.cache_config = kCachePreferEqual;
+  p.members[0].delta.insert(p.members[0].delta.begin(), NodeDelta{0, other});
+  return p;
+}
+
+// The container with section `type` replaced by `bytes` (or dropped when `drop`), sections kept
+// in order; `extra` more copies of it appended.
+Result<Container> with_section(const Container& c, uint32_t type, const std::vector<uint8_t>& bytes, bool drop = false,
+                                int extra = 0) {
+  ContainerWriter w;
+  for (const Section& s : c.sections()) {
+    ByteSpan data = c.data(s);
+    if (s.type != type) w.add(s.type, std::vector<uint8_t>(data.data, data.data + data.size));
+    else if (!drop) w.add(type, bytes);
+  }
+  for (int i = 0; i < extra; ++i) w.add(type, bytes);
+  return Container::parse(w.finish(), "cfg.fgr");
+}
+
+std::vector<uint8_t> section_bytes(const Container& c, uint32_t type) {
+  ByteSpan data = c.data(*c.find(type));
+  return std::vector<uint8_t>(data.data, data.data + data.size);
+}
+
+std::vector<uint8_t> table_of(const std::vector<std::tuple<uint64_t, std::string, uint32_t>>& entries, uint32_t count) {
+  ByteWriter w;
+  w.u32(count);
+  for (const auto& [hash, name, config] : entries) w.u64(hash), w.string(name), w.u32(config);
+  return w.take();
+}
+
+int32_t config_of(const KernelNode& k) { return k.func.cache_config; }
+
+}  // namespace
+
+TEST_CASE("kernel cache preferences are written once per kernel and read back into every node") {
+  Payload p = with_cache_configs();
+  CacheConfigTable table = cache_config_table(p);
+  CHECK_EQ(table.size(), 3u);
+  CHECK_EQ(table.at({0xabc, "_Z6kernel1"}), kCachePreferShared);
+  CHECK_EQ(table.at({0xabc, "_Z6child0"}), kCachePreferL1);
+  CHECK_EQ(table.at({0xabc, "_Z5otherv"}), kCachePreferEqual);
+  auto c = written(p, "cache-configs");
+  CHECK(c.ok());
+  if (!c.ok()) return;
+  CHECK_EQ(c.value().find_all(kCacheTableType).size(), 1u);
+  for (DeltaRead mode : {DeltaRead::kNow, DeltaRead::kLater}) {
+    auto r = parse_payload(c.value(), "test", mode);
+    CHECK(r.ok());
+    if (!r.ok()) return;
+    Payload& q = r.value();
+    for (size_t m = 0; m < q.members.size(); ++m) CHECK(read_pending_delta(&q, m, "test").ok());
+    const GraphModel& t = q.templates[0];
+    CHECK_EQ(config_of(t.nodes[0].kernel), kCachePreferNone);
+    CHECK_EQ(config_of(t.nodes[1].kernel), kCachePreferShared);
+    CHECK_EQ(config_of(t.nodes[2].kernel), kCachePreferNone);
+    CHECK_EQ(config_of(t.children.at(0).nodes[0].kernel), kCachePreferL1);
+    // bs=1 runs another kernel at node 0 (its own preference) and keeps node 2's kernel.
+    CHECK_EQ(q.members[0].delta.at(0).value.kernel.name, std::string("_Z5otherv"));
+    CHECK_EQ(config_of(q.members[0].delta[0].value.kernel), kCachePreferEqual);
+    CHECK_EQ(config_of(q.members[1].delta.at(0).value.kernel), kCachePreferNone);
+    CHECK(q.cache_configs == table);
+  }
+}
+
+TEST_CASE("a payload without a cache-config table reads as PREFER_NONE everywhere") {
+  // No kernel with a preference: the file is what older builds wrote, with no table.
+  auto plain = written(two_members(), "no-cache-configs");
+  CHECK(plain.ok() && plain.value().find(kCacheTableType) == nullptr);
+  // An older writer's file for graphs whose kernels had preferences: the same without the table.
+  auto full = written(with_cache_configs(), "cache-configs-dropped");
+  CHECK(full.ok());
+  if (!full.ok()) return;
+  auto older = with_section(full.value(), kCacheTableType, {}, true);
+  CHECK(older.ok());
+  if (!older.ok()) return;
+  auto r = parse_payload(older.value(), "older.fgr");
+  CHECK(r.ok());
+  if (!r.ok()) return;
+  CHECK(r.value().cache_configs.empty());
+  size_t kernels = 0;
+  for_each_node(r.value(), [&](const Node& n) {
+    if (n.kind != NodeKind::kKernel) return;
+    ++kernels;
+    CHECK_EQ(n.kernel.func.cache_config, kCachePreferNone);
+  });
+  CHECK_EQ(kernels, 9u);  // 3 template nodes, 3 in the child graph, bs=1's two delta nodes, bs=2's one
+}
+
+TEST_CASE("a corrupt cache-config table is refused, naming it") {
+  auto good = written(with_cache_configs(), "cache-configs-bad");
+  CHECK(good.ok());
+  if (!good.ok()) return;
+  const std::vector<uint8_t> table = section_bytes(good.value(), kCacheTableType);
+  auto refused = [&](const std::vector<uint8_t>& bytes, const std::string& what, int extra = 0) {
+    auto c = with_section(good.value(), kCacheTableType, bytes, false, extra);
+    CHECK(c.ok());
+    if (!c.ok()) return;
+    for (DeltaRead mode : {DeltaRead::kNow, DeltaRead::kLater}) {
+      auto r = parse_payload(c.value(), "cfg.fgr", mode);
+      CHECK(!r.ok() && r.status().code() == FOUNDRY_ERR_FORMAT);
+      if (!r.ok() && r.status().message().find(what) == std::string::npos)
+        std::fprintf(stderr, "expected '%s' in: %s\n", what.c_str(), r.status().message().c_str());
+      CHECK(!r.ok() && r.status().message().find("cfg.fgr: ") == 0);
+      CHECK(!r.ok() && r.status().message().find(what) != std::string::npos);
+    }
+  };
+  // Truncated: in the count, where the entries announced cannot fit any more, in the last byte.
+  refused(std::vector<uint8_t>(table.begin(), table.begin() + 2), "truncated kernel cache-config table");
+  refused(std::vector<uint8_t>(table.begin(), table.begin() + 40),
+          "kernel cache-config table: element count 3 at offset 0 cannot fit in the 36 bytes that follow");
+  refused(std::vector<uint8_t>(table.begin(), table.end() - 1), "truncated kernel cache-config table entry 2");
+  // A count the bytes cannot hold, a name longer than any kernel name, bytes after the entries.
+  refused(table_of({}, 1u << 30), "kernel cache-config table: element count 1073741824");
+  std::vector<uint8_t> huge = table_of({{0xabc, "k", 1}}, 1);
+  huge[12] = 0xff, huge[13] = 0xff, huge[14] = 0xff;  // the name's length
+  refused(huge, "kernel cache-config table entry 0");
+  std::vector<uint8_t> longer = table;
+  longer.push_back(0);
+  refused(longer, "kernel cache-config table: 1 bytes after its 3 entries");
+  // A value that is not a CUfunc_cache, a kernel listed twice, two tables.
+  refused(table_of({{0xabc, "_Z6kernel1", 7}}, 1),
+          "kernel cache-config table entry 0 (kernel _Z6kernel1 of image 0000000000000abc): cache config 7 is not a "
+          "CUfunc_cache value (0 to 3)");
+  refused(table_of({{0xabc, "_Z6kernel1", 1}, {0xabc, "_Z6kernel1", 2}}, 2),
+          "kernel cache-config table entry 1 (kernel _Z6kernel1 of image 0000000000000abc): a second entry");
+  refused(table, "kernel cache-config table: the file holds 2 tables, one at most", 1);
+  // The table itself intact: accepted.
+  auto same = with_section(good.value(), kCacheTableType, table);
+  CHECK(same.ok() && parse_payload(same.value(), "cfg.fgr").ok());
+}
+
+TEST_CASE("nodes of one kernel that disagree: the first preference other than PREFER_NONE is kept") {
+  Payload p = with_cache_configs();
+  p.members[1].delta.at(0).value.kernel.name = "_Z6kernel1";  // bs=2's delta now runs kernel 1 ...
+  p.members[1].delta[0].value.kernel.func.cache_config = kCachePreferL1;  // ... with another preference
+  CacheConfigTable table = cache_config_table(p);
+  CHECK_EQ(table.at({0xabc, "_Z6kernel1"}), kCachePreferShared);  // the template's, met first
+  auto c = written(p, "cache-configs-disagree");
+  CHECK(c.ok());
+  if (!c.ok()) return;
+  auto r = parse_payload(c.value(), "test");
+  CHECK(r.ok());
+  if (r.ok()) CHECK_EQ(r.value().members[1].delta.at(0).value.kernel.func.cache_config, kCachePreferShared);
+}
+
+TEST_CASE("merging payloads keeps the kernels' cache preferences") {
+  std::string a = "/tmp/foundry-test-merge-a-" + std::to_string(::getpid()) + ".fgr";
+  std::string b = "/tmp/foundry-test-merge-b-" + std::to_string(::getpid()) + ".fgr";
+  std::string out = "/tmp/foundry-test-merge-out-" + std::to_string(::getpid()) + ".fgr";
+  Payload one = with_cache_configs();
+  Payload two = with_cache_configs();
+  CHECK(write_payload(a, one).ok() && write_payload(b, two).ok());
+  uint32_t templates = 0;
+  CHECK(merge_payloads({a, b}, out, &templates).ok());
+  auto merged = read_payload(out);
+  std::remove(a.c_str()), std::remove(b.c_str()), std::remove(out.c_str());
+  CHECK(merged.ok());
+  if (merged.ok()) CHECK(merged.value().cache_configs == cache_config_table(one));
 }

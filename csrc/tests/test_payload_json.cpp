@@ -203,7 +203,9 @@ TEST_CASE("missing, mistyped and unknown fields are named") {
   CHECK(!s.ok() && mentions(s, "unknown field \"extra\""));
   s = mutated("\"event_count\": 2", "\"event_count\": 2.0");
   CHECK(!s.ok() && mentions(s, "found a number"));
-  s = mutated("\"version\": 2", "\"version\": 9");
+  s = mutated("\"version\": 3", "\"version\": 9");
+  CHECK(s.code() == FOUNDRY_ERR_VERSION && mentions(s, "this build reads 2 to 3"));
+  s = mutated("\"version\": 3", "\"version\": 1");
   CHECK_EQ(s.code(), FOUNDRY_ERR_VERSION);
 }
 
@@ -241,6 +243,76 @@ TEST_CASE("a delta's kernel is checked as LOAD reads it") {
   CHECK(!r.ok() && mentions(r.status(), ".delta") && mentions(r.status(), "param slot"));
   k.slots = {{0, static_cast<uint32_t>(k.params.size())}};
   CHECK(payload_from_json(payload_to_json(p)).ok());
+}
+
+namespace {
+
+// The sample with kernel _Z6kernelPfi (template node 0 and bs=2's delta) preferring L1.
+Payload sample_with_cache_config() {
+  Payload p = sample();
+  p.templates[0].nodes[0].kernel.func.cache_config = kCachePreferL1;
+  p.members[1].delta[0].value.kernel.func.cache_config = kCachePreferL1;
+  return p;
+}
+
+// The document as version 2 wrote it: no cache_config fields.
+std::string as_version_2(std::string text) {
+  size_t v = text.find("\"version\": 3");
+  if (v != std::string::npos) text.replace(v, 12, "\"version\": 2");
+  for (size_t at; (at = text.find("\"cache_config\"")) != std::string::npos;) {
+    size_t comma = text.rfind(',', at);
+    size_t end = text.find_first_not_of("0123456789-", text.find(':', at) + 2);
+    text.erase(comma, end - comma);
+  }
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("a kernel's cache preference round trips through JSON") {
+  std::string text = payload_to_json(sample_with_cache_config());
+  CHECK(text.find("\"cache_config\": 2") != std::string::npos);
+  auto back = payload_from_json(text);
+  CHECK(back.ok());
+  if (!back.ok()) return;
+  CHECK_EQ(back.value().templates[0].nodes[0].kernel.func.cache_config, kCachePreferL1);
+  CHECK_EQ(back.value().members[1].delta[0].value.kernel.func.cache_config, kCachePreferL1);
+  CHECK_EQ(payload_to_json(back.value()), text);
+}
+
+TEST_CASE("a version 2 document reads with PREFER_NONE and may not name a cache preference") {
+  std::string v2 = as_version_2(payload_to_json(sample_with_cache_config()));
+  CHECK(v2.find("cache_config") == std::string::npos);
+  auto r = payload_from_json(v2);
+  CHECK(r.ok());
+  if (!r.ok()) std::fprintf(stderr, "%s\n", r.status().message().c_str());
+  if (r.ok()) {
+    CHECK_EQ(r.value().templates[0].nodes[0].kernel.func.cache_config, kCachePreferNone);
+    CHECK_EQ(payload_to_json(r.value()), payload_to_json(sample()));  // written back as version 3
+  }
+  // Version 2 had no such field: one there is refused as unknown, not silently read.
+  std::string bad = v2;
+  size_t at = bad.find("\"cluster_scheduling\": 0");
+  bad.insert(at, "\"cache_config\": 1, ");
+  r = payload_from_json(bad);
+  CHECK(!r.ok() && mentions(r.status(), "templates[0].nodes[0].kernel.func: unknown field \"cache_config\""));
+}
+
+TEST_CASE("a cache preference outside CUfunc_cache, or two for one kernel, is refused") {
+  std::string text = payload_to_json(sample_with_cache_config());
+  std::string bad = text;
+  bad.replace(bad.find("\"cache_config\": 2"), 17, "\"cache_config\": 4");
+  auto r = payload_from_json(bad);
+  CHECK(!r.ok() && mentions(r.status(), "templates[0].nodes[0].kernel.func.cache_config: value 4 is not a CUfunc_cache value"));
+  bad = text;
+  bad.replace(bad.find("\"cache_config\": 2"), 17, "\"cache_config\": -1");
+  CHECK(!payload_from_json(bad).ok());
+  // The delta runs the template's kernel with another preference: the file could not keep both.
+  Payload p = sample_with_cache_config();
+  p.members[1].delta[0].value.kernel.func.cache_config = kCachePreferShared;
+  r = payload_from_json(payload_to_json(p));
+  CHECK(!r.ok() && r.status().code() == FOUNDRY_ERR_FORMAT);
+  CHECK(mentions(r.status(), "members[1].delta[0].value.kernel.func.cache_config: 1, but templates[0].nodes[0] runs the same kernel"));
 }
 
 TEST_CASE("json keeps integers exact and refuses bad documents") {

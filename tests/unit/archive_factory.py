@@ -37,7 +37,8 @@ PTX = b".version 9.0\n.target sm_90\n.entry gemm_kernel()\n{\n ret;\n}\n\x00"
 DEFAULT_NAMES = ("bs=1", "bs=2", "prefill")
 
 # Payload section types (csrc/graph/payload.cpp).
-SECTION_HEADER, SECTION_TEMPLATE, SECTION_MEMBER = 1, 2, 3
+SECTION_HEADER, SECTION_TEMPLATE, SECTION_MEMBER, SECTION_NAMES, SECTION_CACHE_CONFIGS = 1, 2, 3, 4, 5
+PREFER_SHARED = 1  # CU_FUNC_CACHE_PREFER_SHARED
 CONTAINER_HEADER = 64
 CONTAINER_ENTRY = 32
 
@@ -59,12 +60,12 @@ def write_payload(path: Path, doc: dict) -> None:
     _native.call("foundry_payload_from_json", json.dumps(doc).encode(), os.fsencode(path))
 
 
-def kernel(image: int, name: str, grid: int = 1) -> dict:
+def kernel(image: int, name: str, grid: int = 1, cache_config: int = 0) -> dict:
     return {"kind": "kernel", "kernel": {
         "image": f"{image:016x}", "name": name, "grid": [grid, 1, 1], "block": [128, 1, 1], "shared_mem": 0,
         "params": "0000006000000000", "slots": [{"offset": 0, "size": 8}], "attrs": [],
         "func": {"max_dynamic_shared": 0, "preferred_carveout": -1, "required_cluster": [0, 0, 0],
-                 "non_portable_cluster": 0, "cluster_scheduling": 0}}}
+                 "non_portable_cluster": 0, "cluster_scheduling": 0, "cache_config": cache_config}}}
 
 
 def edge(a: int, b: int) -> dict:
@@ -72,26 +73,28 @@ def edge(a: int, b: int) -> dict:
 
 
 def payload_doc(names: tuple[str, ...] = DEFAULT_NAMES) -> dict:
-    """Two templates (decode, prefill); every graph but the last uses decode, the second with a delta."""
+    """Two templates (decode, prefill); every graph but the last uses decode, the second with a delta.
+    GEMM has a cache preference (as Triton gives kernels above 48 KiB of shared memory), so the
+    payload holds the optional kernel cache-config table too."""
     decode = {
         "nodes": [
             kernel(IMAGE_A, INIT),
             {"kind": "memset", "memset": {"dst": REGION_BASE + 4096, "pitch": 0, "value": 0, "element_size": 4,
                                           "width": 256, "height": 1}},
             kernel(IMAGE_A, KERNEL, grid=8),
-            kernel(IMAGE_B, GEMM),
+            kernel(IMAGE_B, GEMM, cache_config=PREFER_SHARED),
         ],
         "edges": [edge(0, 1), edge(1, 2), edge(2, 3)],
         "children": [],
     }
-    prefill = {"nodes": [kernel(IMAGE_B, GEMM, grid=64)], "edges": [], "children": []}
+    prefill = {"nodes": [kernel(IMAGE_B, GEMM, grid=64, cache_config=PREFER_SHARED)], "edges": [], "children": []}
     refs = [{"offset": 0, "size": 1 << 20, "kind": 1}]
     members = []
     for i, n in enumerate(names):
         last = i == len(names) - 1 and len(names) > 1
         delta = [{"node": 2, "value": kernel(IMAGE_A, KERNEL, grid=16 + i)}] if i == 1 and not last else []
         members.append({"name": n, "template": 1 if last else 0, "delta": delta, "refs": refs})
-    return {"version": 2, "region": {"base": REGION_BASE, "size": REGION_SIZE}, "event_count": 0,
+    return {"version": 3, "region": {"base": REGION_BASE, "size": REGION_SIZE}, "event_count": 0,
             "templates": [decode, prefill], "members": members}
 
 

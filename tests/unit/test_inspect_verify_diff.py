@@ -34,12 +34,12 @@ IMAGE_C = 0x00000000000000CC
 # ---- building synthetic archives ------------------------------------------------------------
 
 
-def kernel(image: int, name: str, grid: int = 1, params: str = "0000006000000000") -> dict:
+def kernel(image: int, name: str, grid: int = 1, params: str = "0000006000000000", cache_config: int = 0) -> dict:
     return {"kind": "kernel", "kernel": {
         "image": f"{image:016x}", "name": name, "grid": [grid, 1, 1], "block": [128, 1, 1], "shared_mem": 0,
         "params": params, "slots": [{"offset": 0, "size": 8}], "attrs": [],
         "func": {"max_dynamic_shared": 0, "preferred_carveout": -1, "required_cluster": [0, 0, 0],
-                 "non_portable_cluster": 0, "cluster_scheduling": 0}}}
+                 "non_portable_cluster": 0, "cluster_scheduling": 0, "cache_config": cache_config}}}
 
 
 def edge(a: int, b: int, kind: int = 0, from_port: int = 0) -> dict:
@@ -65,7 +65,7 @@ def payload_doc() -> dict:
     prefill = {"nodes": [kernel(IMAGE_B, GEMM, grid=64)], "edges": [], "children": []}
     refs = [{"offset": 0, "size": 1 << 20, "kind": 1}]
     return {
-        "version": 2, "region": {"base": REGION_BASE, "size": REGION_SIZE}, "event_count": 1,
+        "version": 3, "region": {"base": REGION_BASE, "size": REGION_SIZE}, "event_count": 1,
         "templates": [decode, prefill],
         "members": [
             {"name": "bs=1", "template": 0, "delta": [], "refs": refs},
@@ -153,6 +153,81 @@ def test_payload_from_json_names_the_bad_field(tmp_path):
     with pytest.raises(FormatError, match=r"members\[1\]\.delta"):
         write_payload(tmp_path / "p.fgr", doc)
     assert not (tmp_path / "p.fgr").exists()
+
+
+# ---- kernel cache preferences (cuFuncSetCacheConfig) ----------------------------------------------
+
+
+PREFER_SHARED = 1  # CU_FUNC_CACHE_PREFER_SHARED
+
+
+def with_gemm_preferring_shared(doc: dict) -> dict:
+    """Every GEMM node with PREFER_SHARED, as Triton sets it on kernels above 48 KiB of shared memory."""
+    def mark(graph: dict) -> None:
+        for n in graph["nodes"]:
+            if n["kind"] == "kernel" and n["kernel"]["name"] == GEMM:
+                n["kernel"]["func"]["cache_config"] = PREFER_SHARED
+        for c in graph["children"]:
+            mark(c)
+
+    doc = copy.deepcopy(doc)
+    for t in doc["templates"]:
+        mark(t)
+    return doc
+
+
+def section_types(path: Path) -> list[int]:
+    from archive_factory import container_table
+
+    return [e.type for e in container_table(path)]
+
+
+def test_cache_preferences_round_trip_once_per_kernel(tmp_path):
+    doc = with_gemm_preferring_shared(payload_doc())
+    write_payload(tmp_path / "p.fgr", doc)
+    assert payload_dump(tmp_path / "p.fgr") == doc
+    assert section_types(tmp_path / "p.fgr").count(5) == 1  # the kernel cache-config table
+    write_payload(tmp_path / "plain.fgr", payload_doc())
+    assert 5 not in section_types(tmp_path / "plain.fgr")  # no preference: the file older builds wrote
+
+
+def test_version_2_payload_json_reads_as_prefer_none(tmp_path):
+    doc = payload_doc()
+    old = copy.deepcopy(doc)
+    old["version"] = 2
+    for t in old["templates"]:
+        for n in [*t["nodes"], *(m for c in t["children"] for m in c["nodes"])]:
+            if n["kind"] == "kernel":
+                del n["kernel"]["func"]["cache_config"]
+    for m in old["members"]:
+        for d in m["delta"]:
+            del d["value"]["kernel"]["func"]["cache_config"]
+    write_payload(tmp_path / "p.fgr", old)
+    assert payload_dump(tmp_path / "p.fgr") == doc
+
+
+def test_one_kernel_with_two_cache_preferences_is_refused(tmp_path):
+    doc = with_gemm_preferring_shared(payload_doc())
+    doc["templates"][1]["nodes"][0]["kernel"]["func"]["cache_config"] = 2
+    with pytest.raises(FormatError, match=r"templates\[1\]\.nodes\[0\]\.kernel\.func\.cache_config: 2, but "
+                                          r"templates\[0\]\.nodes\[4\] runs the same kernel"):
+        write_payload(tmp_path / "p.fgr", doc)
+    doc["templates"][1]["nodes"][0]["kernel"]["func"]["cache_config"] = 7
+    with pytest.raises(FormatError, match="not a CUfunc_cache value"):
+        write_payload(tmp_path / "p.fgr", doc)
+
+
+def test_inspect_graph_shows_a_kernels_cache_preference(tmp_path, capsys):
+    archive = make_archive(tmp_path / "arch", payload=with_gemm_preferring_shared(payload_doc()))
+    code, out, _ = run_cli(capsys, "inspect", str(archive), "--graph", "0")
+    assert code == 0
+    lines = [ln for ln in out.splitlines() if "  kernel  " in ln]
+    assert [ln for ln in lines if "cache=prefer_shared" in ln] == [ln for ln in lines if GEMM in ln]
+    assert len([ln for ln in lines if GEMM in ln]) == 2  # the template's and its child graph's
+    code, out, _ = run_cli(capsys, "inspect", str(archive), "--graph", "0", "--json")
+    detail = json.loads(out)
+    assert detail["nodes"][4]["kernel"]["func"]["cache_config"] == PREFER_SHARED
+    assert detail["nodes"][0]["kernel"]["func"]["cache_config"] == 0
 
 
 def test_image_file_dump(archive):
@@ -451,6 +526,16 @@ def test_diff_different(tmp_path, capsys):
     assert f"kernels: only in B: {IMAGE_C:016x}:other_gemm" in lines
     assert f"images: only in B: {IMAGE_C:016x}" in lines
     assert not any(ln.startswith("groups") for ln in lines)
+
+
+def test_diff_names_a_kernel_restored_with_another_cache_preference(tmp_path, capsys):
+    a = make_archive(tmp_path / "a")
+    b = make_archive(tmp_path / "b", payload=with_gemm_preferring_shared(payload_doc()))
+    code, out, _ = run_cli(capsys, "diff", str(a), str(b))
+    assert code == 1
+    lines = out.splitlines()
+    assert f"kernels: cache preference of {IMAGE_B:016x}:{GEMM}: prefer_none (A) vs prefer_shared (B)" in lines
+    assert "graph 'prefill': same topology, parameters differ at 1 nodes (0)" in lines
 
 
 def test_diff_groups_and_topology(tmp_path, capsys):

@@ -61,3 +61,13 @@ def test_graphs_from_another_region_are_refused(tmp_path):
     other["region"]["base"] += 1 << 30
     with pytest.raises(MismatchError, match="another allocation region"):
         merge(tmp_path, [single(doc, 0), other])
+
+
+def test_merged_payload_keeps_the_kernels_cache_preferences(tmp_path):
+    from test_inspect_verify_diff import GEMM, with_gemm_preferring_shared
+
+    doc = with_gemm_preferring_shared(payload_doc())
+    _, merged = merge(tmp_path, [single(doc, 0), single(doc, 1), single(doc, 2)])
+    kernels = [n["kernel"] for t in merged["templates"] for n in t["nodes"] if n["kind"] == "kernel"]
+    assert {k["name"]: k["func"]["cache_config"] for k in kernels}[GEMM] == 1
+    assert all(k["func"]["cache_config"] == 0 for k in kernels if k["name"] != GEMM)

@@ -1,6 +1,6 @@
 // libFuzzer target for the graph payload reader (graphs.fgr): container, header, kernel name
-// table, templates and members with their deltas and region references, as LOAD reads them (all
-// at once, and the deltas later one by one)
+// table, kernel cache-config table, templates and members with their deltas and region references,
+// as LOAD reads them (all at once, and the deltas later one by one)
 // (built by scripts/build-fuzz; not a ctest). Inputs are resealed (reseal.h) so mutations reach
 // the section decoders behind the checksums.
 #include <cstddef>
@@ -13,6 +13,18 @@
 #include "tests/fuzz/reseal.h"
 
 namespace {
+
+// models_equal leaves cache preferences out (they are per kernel, not per node): compared here.
+bool same_cache_configs(const foundry::GraphModel& a, const foundry::GraphModel& b) {
+  if (a.nodes.size() != b.nodes.size() || a.children.size() != b.children.size()) return false;
+  for (size_t i = 0; i < a.nodes.size(); ++i)
+    if (a.nodes[i].kind == foundry::NodeKind::kKernel &&
+        a.nodes[i].kernel.func.cache_config != b.nodes[i].kernel.func.cache_config)
+      return false;
+  for (size_t i = 0; i < a.children.size(); ++i)
+    if (!same_cache_configs(a.children[i], b.children[i])) return false;
+  return true;
+}
 
 void parse(std::vector<uint8_t> bytes) {
   auto c = foundry::Container::parse(std::move(bytes), "fuzz");
@@ -42,6 +54,7 @@ void parse(std::vector<uint8_t> bytes) {
     bool applied = foundry::apply_delta(t, a.delta, &ga).ok();
     if (applied != foundry::apply_delta(t, b.delta, &gb).ok()) __builtin_trap();
     if ((applied && !foundry::models_equal(ga, gb)) || a.refs.size() != b.refs.size()) __builtin_trap();
+    if (applied && !same_cache_configs(ga, gb)) __builtin_trap();
   }
 }
 
