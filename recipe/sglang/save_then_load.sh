@@ -27,9 +27,9 @@
 #      processes on these CPUs only (taskset -c, e.g. the GPU's NUMA node from nvidia-smi topo -m),
 #      so that starts compared for TPOT do not differ in where the host placed them; STEP_LOG=1:
 #      SGLang logs every decode step (--decode-log-interval 1) and each start's JSON also gets
-#      step_tpot_ms, the scheduler's own step time per batch size (step_tpot.py); BACKGROUND=1
-#      adds to each REPEAT round a LOAD start with background instantiation (load-background-N,
-#      FOUNDRY_SGLANG_INSTANTIATE=background).
+#      step_tpot_ms, the scheduler's own step time per batch size (step_tpot.py);
+#      ALSO_INSTANTIATE=MODE adds to each REPEAT round a LOAD start with
+#      FOUNDRY_SGLANG_INSTANTIATE=MODE (load-MODE-N).
 # Output: OUT_DIR (default /tmp/foundry-sglang-recipe) holds one log and one JSON per start.
 set -euo pipefail
 case "${1:-}" in
@@ -178,11 +178,12 @@ if [ "${REPEAT:-1}" -gt 1 ]; then
     run "load-$i" --foundry-archive "$ARCHIVE" --foundry-mode load; names+=("load-$i")
     expect_log "$OUT/load-$i.log" "foundry: restored [0-9]+ decode graphs in " \
       "the LOAD start load-$i restored no graphs (see $OUT/load-$i.log)"
-    [ "${BACKGROUND:-0}" = 1 ] || continue
-    FOUNDRY_SGLANG_INSTANTIATE=background run "load-background-$i" --foundry-archive "$ARCHIVE" --foundry-mode load
-    names+=("load-background-$i")
-    expect_log "$OUT/load-background-$i.log" "foundry: restored [0-9]+ decode graphs in " \
-      "the LOAD start load-background-$i restored no graphs (see $OUT/load-background-$i.log)"
+    [ -n "${ALSO_INSTANTIATE:-}" ] || continue
+    variant="load-$ALSO_INSTANTIATE-$i"
+    FOUNDRY_SGLANG_INSTANTIATE=$ALSO_INSTANTIATE run "$variant" --foundry-archive "$ARCHIVE" --foundry-mode load
+    names+=("$variant")
+    expect_log "$OUT/$variant.log" "foundry: restored [0-9]+ decode graphs in " \
+      "the LOAD start $variant restored no graphs (see $OUT/$variant.log)"
   done
   compare_tokens "greedy tokens differ from {ref}: {bad}" \
     "identical greedy tokens ({count} completions) across {names}" "${names[@]}"
