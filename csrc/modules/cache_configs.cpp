@@ -1,5 +1,6 @@
 #include "modules/cache_configs.h"
 
+#include "common/log.h"
 #include "graph/model.h"
 
 namespace foundry {
@@ -14,20 +15,33 @@ namespace {
 // What a note may record: a handle, the module or library it belongs to (else nothing would
 // forget it when that is unloaded, and a later function given the same handle value would
 // inherit the preference) and a CUfunc_cache value (anything else would end up in an archive).
-bool notable(const void* handle, const void* owner, int32_t config) {
-  return handle != nullptr && owner != nullptr && config >= kCachePreferNone && config <= kCachePreferEqual;
+// A note refused here is said once per call at WARNING: LOAD then runs that kernel with the
+// driver's default preference, which may be slower than what the process asked for.
+bool notable(const char* what, const void* handle, const void* owner, int32_t config) {
+  if (handle == nullptr) return false;
+  if (config < kCachePreferNone || config > kCachePreferEqual) {
+    LOG_WARNING("%s %p: cache preference %d is not a CUfunc_cache value; not recorded, LOAD keeps the default", what,
+                handle, config);
+    return false;
+  }
+  if (owner == nullptr) {
+    LOG_WARNING("%s %p: the driver did not say which module or library it belongs to; its cache preference %d is "
+                "not recorded, LOAD keeps the default", what, handle, config);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
 
 void CacheConfigLog::note_function(CUfunction func, CUmodule owner, int32_t config) {
-  if (!notable(func, owner, config)) return;
+  if (!notable("function", func, owner, config)) return;
   std::lock_guard<std::mutex> lock(mu_);
   functions_[func] = Entry{owner, config};
 }
 
 void CacheConfigLog::note_kernel(CUkernel kern, CUdevice dev, CUlibrary owner, int32_t config) {
-  if (!notable(kern, owner, config)) return;
+  if (!notable("kernel", kern, owner, config)) return;
   std::lock_guard<std::mutex> lock(mu_);
   kernels_[{kern, dev}] = Entry{owner, config};
 }
