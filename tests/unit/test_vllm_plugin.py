@@ -699,6 +699,9 @@ class FakeSession:
     def determinism_boundary(self):
         self.log.append("boundary")
 
+    def load_images_ahead(self, bind):
+        self.log.append("images_ahead")
+
     def recorded_state(self):
         return self.state if self.mode is Mode.LOAD else None
 
