@@ -4,14 +4,19 @@ Loading the images is the restore's largest cost after instantiation: 0.09-0.12 
 0.41-0.46 s restore of 51 decode graphs with Qwen3-8B shapes on the H200, 0.07-0.08 s of
 SGLang's 0.15 s. It needs only the CUDA context and the archive's files, nothing the engine
 allocates. So once a rank knows it loads (the determinism boundary, after NCCL), a thread loads
-them while the engine loads its weights, and the restore finds them loaded: loading a directory
-again only looks its images up. Loading archived images before the engine loads its own kernels
-is also the order :func:`foundry_core.images.load_cuda_modules_and_libraries` prefers (the
-engine's later load of an identical image gets the archived module).
+them while the engine loads its weights, and the restore finds them loaded (it reads and checks
+each file again, but does not hand it to the driver again).
+
+The engine and the restored graphs must share one copy of each module (its ``__device__`` and
+``__constant__`` state): an identical image the engine loads after the thread loaded it gets the
+archived module; one it loaded before, or while the thread loaded it, is its own copy, and the
+registry resolves restored kernels to the process's own copy first.
 
 An error on the thread is not raised: the restore loads the same directory again and meets the
-same problem itself, where the session's fallback policy handles it.
-``FOUNDRY_IMAGES_AHEAD=0`` turns this off (the restore loads the images, as before).
+same problem itself, where the session's fallback policy handles it. The session joins the thread
+at the restore, at a fallback or at its end, whichever comes first. Not started for lazy
+instantiation (which loads an image only when a graph needs it). ``FOUNDRY_IMAGES_AHEAD=0`` turns
+this off (the restore loads the images, as before).
 """
 
 from __future__ import annotations
@@ -56,8 +61,8 @@ class ImagesAhead:
         self._thread.join()
         waited = time.perf_counter() - start
         if self.error is not None:
-            logger.info("foundry: loading the kernel images ahead failed (%s: %s); the restore loads them",
-                        type(self.error).__name__, self.error)
+            logger.warning("foundry: loading the kernel images ahead failed (%s: %s); the restore loads them",
+                           type(self.error).__name__, self.error)
         else:
             logger.info("foundry: kernel images loaded ahead on a thread in %.2f s (the restore waited %.2f s)",
                         self.seconds or 0.0, waited)

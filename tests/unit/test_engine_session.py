@@ -419,6 +419,32 @@ def test_no_images_of_an_archive_made_for_another_machine(archive, io):
     assert io.images_loaded == [] and "driver_version" in session.fallback_reason
 
 
+@pytest.mark.parametrize("stop", ["fall_back", "end"])
+def test_a_fallback_or_the_end_before_the_restore_joins_the_images_thread(archive, io, caplog, monkeypatch, stop):
+    import foundry_core.images
+
+    session = start_load(archive)
+    release = threading.Event()
+
+    def slow_load(directory, lazy=False):
+        release.wait(5)
+        return io.load_images(directory, lazy)
+
+    monkeypatch.setattr(foundry_core.images, "load_cuda_modules_and_libraries", slow_load)
+    session.load_images_ahead(lambda: None)
+    threading.Timer(0.05, release.set).start()
+    with caplog.at_level(logging.INFO, logger="foundry"):
+        if stop == "fall_back":
+            session.fall_back(MismatchError("the engine wants other capture sizes"))
+        else:
+            session.end()
+    # Joined before the new mode or the end took effect: nothing of the archive loads afterwards.
+    assert io.images_loaded == [(rank_dir(archive, 0), "foundry-images-ahead")]
+    assert any("kernel images loaded ahead" in r.getMessage() for r in caplog.records)
+    session.load_images_ahead(lambda: None)  # not again
+    assert len(io.images_loaded) == 1 and io.loaded == []
+
+
 def test_no_images_ahead_outside_load(archive, io):
     session, _ = make(archive)
     assert session.mode is Mode.SAVE

@@ -256,6 +256,24 @@ def test_boundary_starts_loading_the_images_ahead_in_load_mode_only(monkeypatch)
     assert log == ["boundary"]
 
 
+def test_no_images_ahead_for_lazy_instantiation_or_without_a_context():
+    class Lazy(Runtime):
+        def lazy_instantiation(self) -> bool:
+            return True
+
+    log: list[str] = []
+    Lazy(FakeSession(Mode.LOAD, log), adapter=None, device=FakeDevice(log, free=1 << 30)).boundary()
+    assert log == ["boundary"]
+
+    class NoContext(FakeDevice):
+        def thread_binder(self):
+            raise StateError("no current CUDA context to hand to another thread (cuCtxGetCurrent: 201)")
+
+    log2: list[str] = []
+    Runtime(FakeSession(Mode.LOAD, log2), adapter=None, device=NoContext(log2, free=1 << 30)).boundary()
+    assert log2 == ["boundary"]  # the restore loads the images itself
+
+
 def test_fall_back_to_off_closes_the_region_and_the_restored_archive():
     log: list[str] = []
     archive = FakeArchive(log)

@@ -736,6 +736,13 @@ def test_pause_resumes_the_region_when_the_work_fails():
     check_pause_resumes_after_failure(rt, dev)
 
 
+def test_lazy_instantiation_follows_the_setting(monkeypatch):
+    rt = runtime.WorkerRuntime(FakeSession(Mode.LOAD), adapter_mod.VllmAdapter(fake_config()), FakeDevice())
+    for value, lazy in (("", False), ("lazy", True), ("background", False), ("sometimes", False)):
+        monkeypatch.setenv("FOUNDRY_VLLM_INSTANTIATE", value)
+        assert rt.lazy_instantiation() is lazy
+
+
 def test_instantiate_mode_setting(monkeypatch):
     assert runtime.instantiate_mode() == ("eager", 4)
     monkeypatch.setenv("FOUNDRY_VLLM_INSTANTIATE", "background")
