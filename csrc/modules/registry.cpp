@@ -232,17 +232,29 @@ Status Registry::record_at(uint64_t index, foundry_image_record* out) {
 }
 
 ImageRecord* Registry::by_hash(uint64_t hash) {
-  // A record with handles first, then an archived one not loaded yet, then any other.
+  // The process's own loaded copy first, then an archived one with handles, then an archived one
+  // not loaded yet, then any other. The process's own copy wins because its kernels' module state
+  // (__device__ and __constant__ variables) is the one the process uses: restored graphs must use
+  // it too. Two loaded copies exist only when the process loaded the image itself before, or while,
+  // the archive's copy was loaded (LOAD may load the archive's images on a thread while the engine
+  // loads its weights); every later load of the process gets the archive's handle (find_archived).
+  ImageRecord* archived = nullptr;
   ImageRecord* lazy = nullptr;
   ImageRecord* fallback = nullptr;
   for (auto& r : records_) {
     ensure_hashed(*r);
     if (r->hash != hash || r->load_failed) continue;
-    if (!r->libraries.empty() || !r->modules.empty()) return r.get();
-    if (r->from_archive && !r->loaded) lazy = r.get();
-    else fallback = r.get();
+    bool handles = !r->libraries.empty() || !r->modules.empty();
+    if (handles && !r->from_archive) return r.get();
+    if (handles) {
+      if (archived == nullptr) archived = r.get();
+    } else if (r->from_archive && !r->loaded) {
+      lazy = r.get();
+    } else {
+      fallback = r.get();
+    }
   }
-  return lazy != nullptr ? lazy : fallback;
+  return archived != nullptr ? archived : lazy != nullptr ? lazy : fallback;
 }
 
 Result<std::string> Registry::entry_name(uint64_t hash, uint32_t i) {

@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 from foundry_core import graphs as graph_io
+from foundry_core import images
 from foundry_core.doctor import DEFAULT_REGION_BASE
 from foundry_core.engine.fingerprint import ParallelConfig, describe_mismatch, engine_fields, engine_fingerprint
+from foundry_core.engine.images_ahead import ImagesAhead
 from foundry_core.engine.layout import Topology, check_topology, rank_dir, write_topology
 from foundry_core.engine.mode import Mode, check_complete, is_complete, parse_mode, resolve_mode
 from foundry_core.engine.plugin_manager import FoundryPluginManager
@@ -161,6 +163,8 @@ class EngineSession:
         self._state: EngineState | None = None
         self._region_active = False
         self._boundary: int | None = None
+        self._images_ahead: ImagesAhead | None = None  # running or not yet joined
+        self._images_ahead_started = False
         self.mode = Mode.OFF
         if self.requested is Mode.OFF or self.rank_dir is None:
             self.mode = resolve_mode(self.requested, self.rank_dir)  # OFF, or no archive for save/load: raises
@@ -250,6 +254,9 @@ class EngineSession:
         Adapters call it when they find, at one of their own seams, that the archive cannot be
         used (e.g. the engine wants other capture sizes): the same log line, hook and mode change
         as the session's own checks, and with FOUNDRY_FALLBACK=0 the cause is raised."""
+        # The archive's images are not loaded on behind the new mode's back (and a fresh SAVE
+        # must not replace the directory while the thread reads it).
+        self._wait_images_ahead()
         if not self.fallback_allowed:
             raise type(cause)(f"{cause} ({FALLBACK_ENV}=0: not starting without the archive)") from cause
         new = Mode.SAVE if self.requested is Mode.AUTO else Mode.OFF
@@ -331,6 +338,7 @@ class EngineSession:
         if not self._region_active:
             raise StateError("call EngineSession.begin() before load()")
         assert self.rank_dir is not None
+        self._wait_images_ahead()
         try:
             restored = graph_io.load_graphs(self.rank_dir, mode=instantiate, threads=threads,
                                             fingerprint=self.fingerprint)
@@ -339,6 +347,24 @@ class EngineSession:
             return None
         logger.info("foundry: rank %d restored %d graphs from %s", self.rank, len(restored), self.rank_dir)
         return restored
+
+    def load_images_ahead(self, bind: Callable[[], None]) -> None:
+        """LOAD: starts handing this rank's kernel images to the driver on a thread
+        (:mod:`foundry_core.engine.images_ahead`); :meth:`load` waits for it. ``bind`` makes the
+        engine's CUDA device current on that thread. Does nothing in another mode or when a
+        thread was started before."""
+        if self.mode is not Mode.LOAD or self._images_ahead is not None or self._images_ahead_started:
+            return
+        self._images_ahead_started = True
+        assert self.rank_dir is not None
+        directory, fingerprint = self.rank_dir, self.fingerprint
+
+        def load() -> None:
+            # Only the images of an archive made for this machine: the restore checks it again.
+            graph_io.open_archive(directory, fingerprint=fingerprint)
+            images.load_cuda_modules_and_libraries(directory)
+
+        self._images_ahead = ImagesAhead(load, bind).start()
 
     def save(self, graphs: Mapping[str, tuple[Any, Any]]) -> graph_io.SaveReport | None:
         """Writes this rank's archive: ``graphs`` (``{name: (graph, outputs)}``), the fingerprint,
@@ -387,9 +413,16 @@ class EngineSession:
     def end(self) -> None:
         """Stops the region: later allocations take the driver's normal path (memory already in
         the region stays valid). Idempotent."""
+        self._wait_images_ahead()
         if self._region_active:
             self._region_active = False
             self.runtime.stop()
+
+    def _wait_images_ahead(self) -> None:
+        """Joins the images thread, once (load, a fallback or the end, whichever comes first)."""
+        ahead, self._images_ahead = self._images_ahead, None
+        if ahead is not None:
+            ahead.wait()
 
     def __enter__(self) -> EngineSession:
         self.begin()

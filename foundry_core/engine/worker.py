@@ -8,7 +8,8 @@ and the engine objects its seams hand to each other, and sets the class attribut
 in the log (``logger``, ``no_capture_warning``).
 
 Life cycle (the plugin's seams call these): :meth:`WorkerRuntime.begin` (region set, before
-NCCL) -> :meth:`~WorkerRuntime.boundary` (determinism boundary, after NCCL) -> work SAVE and LOAD
+NCCL) -> :meth:`~WorkerRuntime.boundary` (determinism boundary, after NCCL; LOAD starts handing the
+kernel images to the driver on a thread, :mod:`~foundry_core.engine.images_ahead`) -> work SAVE and LOAD
 do alike, and work only SAVE does, run :meth:`~WorkerRuntime.paused` (SAVE) or
 :meth:`~WorkerRuntime.skipped` (LOAD) -> capture or restore -> :meth:`~WorkerRuntime.finish`
 (region ended). :meth:`~WorkerRuntime.fall_back` applies the session's fallback policy at any
@@ -30,10 +31,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
+from foundry_core.engine import options
+from foundry_core.engine.images_ahead import IMAGES_AHEAD_ENV
 from foundry_core.engine.mode import Mode, resolve_settings
 from foundry_core.engine.plugin_manager import get_plugin_manager
 from foundry_core.engine.session import EngineSession, RegionRuntime
-from foundry_core.errors import FoundryError
+from foundry_core.errors import FoundryError, StateError
 
 logger = logging.getLogger("foundry")
 
@@ -97,6 +100,26 @@ class DeviceOps:
                                 "default pool (the archive may then fail its pointer audit)")
             return None
         return pool_cls()
+
+    def thread_binder(self) -> Callable[[], None]:
+        """A function that makes this thread's current CUDA context current on the thread that
+        calls it (a new thread starts with none). The context itself, not a device index:
+        ``torch.cuda.set_device(0)`` on a new thread makes no call at all (the thread already
+        reports device 0). StateError when this thread has no current context."""
+        import ctypes
+
+        cuda = ctypes.CDLL("libcuda.so.1")
+        ctx = ctypes.c_void_p()
+        result = cuda.cuCtxGetCurrent(ctypes.byref(ctx))
+        if result != 0 or not ctx.value:
+            raise StateError(f"no current CUDA context to hand to another thread (cuCtxGetCurrent: {result})")
+
+        def bind() -> None:
+            status = cuda.cuCtxSetCurrent(ctx)
+            if status != 0:
+                raise StateError(f"cuCtxSetCurrent failed: CUresult {status}")
+
+        return bind
 
     def use_pool(self, pool: Any) -> contextlib.AbstractContextManager[Any]:
         """PyTorch allocates from ``pool`` inside the block (nothing changes when ``pool`` is None)."""
@@ -202,6 +225,18 @@ class WorkerRuntime:
         self.session.determinism_boundary()
         if self.end_when_off_at_boundary and not self.active:
             self._ended = True
+        if self.mode is Mode.LOAD and options.env_flag(IMAGES_AHEAD_ENV) and not self.lazy_instantiation():
+            try:
+                bind = self.device.thread_binder()
+            except FoundryError as exc:
+                self.logger.debug("foundry: kernel images not loaded ahead: %s", exc)
+                return
+            self.session.load_images_ahead(bind)
+
+    def lazy_instantiation(self) -> bool:
+        """Whether LOAD instantiates each graph at its first replay (then its images load only
+        when a graph needs them, and nothing is loaded ahead). A plugin answers from its setting."""
+        return False
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:

@@ -159,6 +159,9 @@ class FakeDevice(DeviceOps):
         self.log.append("new_pool")
         return "pool"
 
+    def thread_binder(self) -> Callable[[], None]:
+        return lambda: None  # no device to make current
+
     def use_pool(self, pool: Any) -> contextlib.AbstractContextManager[Any]:
         log = self.log
 

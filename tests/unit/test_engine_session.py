@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 
 import pytest
 
@@ -372,6 +373,85 @@ def test_load_before_begin_is_refused(archive, io):
     session, _ = make(archive)
     with pytest.raises(StateError, match="begin"):
         session.load()
+
+
+# ---- kernel images loaded ahead ------------------------------------------------------------------
+
+def start_load(archive, environ=NO_ENV):
+    """A LOAD session past its determinism boundary, from a SAVE made first."""
+    run_save(archive)
+    session, _ = make(archive, environ=environ)
+    assert session.mode is Mode.LOAD
+    session.begin()
+    session.determinism_boundary()
+    return session
+
+
+def test_images_are_loaded_on_a_thread_that_the_restore_waits_for(archive, io, caplog):
+    session = start_load(archive)
+    bound = []
+    session.load_images_ahead(lambda: bound.append(threading.current_thread().name))
+    session.load_images_ahead(lambda: bound.append("again"))  # one thread per session
+    with caplog.at_level(logging.INFO, logger="foundry"):
+        assert session.load() is not None
+    assert bound == ["foundry-images-ahead"]  # the device made current on that thread, first
+    assert io.images_loaded == [(rank_dir(archive, 0), "foundry-images-ahead")]
+    assert len(io.loaded) == 1
+    assert any("kernel images loaded ahead on a thread" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failure_ahead_is_left_to_the_restore(archive, io, caplog):
+    session = start_load(archive)
+    io.images_error = FormatError("images/0123.img: checksum mismatch")
+    session.load_images_ahead(lambda: None)
+    with caplog.at_level(logging.INFO, logger="foundry"):
+        assert session.load() is not None  # the fake restore does not load images itself
+    assert io.images_loaded == [] and len(io.loaded) == 1
+    assert any("loading the kernel images ahead failed (FormatError: images/0123.img: checksum mismatch)"
+               in r.getMessage() for r in caplog.records)
+
+
+def test_no_images_of_an_archive_made_for_another_machine(archive, io):
+    session = start_load(archive)
+    io.environment["driver_version"] = 13100  # the machine changed since SAVE
+    session.load_images_ahead(lambda: None)
+    assert session.load() is None  # the restore refuses it: a normal start
+    assert io.images_loaded == [] and "driver_version" in session.fallback_reason
+
+
+@pytest.mark.parametrize("stop", ["fall_back", "end"])
+def test_a_fallback_or_the_end_before_the_restore_joins_the_images_thread(archive, io, caplog, monkeypatch, stop):
+    import foundry_core.images
+
+    session = start_load(archive)
+    release = threading.Event()
+
+    def slow_load(directory, lazy=False):
+        release.wait(5)
+        return io.load_images(directory, lazy)
+
+    monkeypatch.setattr(foundry_core.images, "load_cuda_modules_and_libraries", slow_load)
+    session.load_images_ahead(lambda: None)
+    threading.Timer(0.05, release.set).start()
+    with caplog.at_level(logging.INFO, logger="foundry"):
+        if stop == "fall_back":
+            session.fall_back(MismatchError("the engine wants other capture sizes"))
+        else:
+            session.end()
+    # Joined before the new mode or the end took effect: nothing of the archive loads afterwards.
+    assert io.images_loaded == [(rank_dir(archive, 0), "foundry-images-ahead")]
+    assert any("kernel images loaded ahead" in r.getMessage() for r in caplog.records)
+    session.load_images_ahead(lambda: None)  # not again
+    assert len(io.images_loaded) == 1 and io.loaded == []
+
+
+def test_no_images_ahead_outside_load(archive, io):
+    session, _ = make(archive)
+    assert session.mode is Mode.SAVE
+    session.begin()
+    session.determinism_boundary()
+    session.load_images_ahead(lambda: None)
+    assert session.load() is None and io.images_loaded == []
 
 
 # ---- SAVE failures ------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ write and check those archives the way the real ones do (fingerprint compared fi
 from __future__ import annotations
 
 import copy
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -145,6 +146,8 @@ class FakeGraphIO:
         self.loaded: list[tuple[Path, str, dict]] = []
         self.save_error: Exception | None = None
         self.load_error: Exception | None = None
+        self.images_loaded: list[tuple[Path, str]] = []  # (directory, the loading thread's name)
+        self.images_error: Exception | None = None
 
     def save_graphs(self, directory, graphs, fingerprint=None):
         if self.save_error is not None:
@@ -169,11 +172,26 @@ class FakeGraphIO:
         self.loaded.append((Path(path), mode, dict(fingerprint or {})))
         return ["restored"] * len(manifest["graphs"])
 
+    def open_archive(self, path, check_environment=True, fingerprint=None):
+        manifest = read_manifest(Path(path) / MANIFEST_NAME)
+        if check_environment:
+            check_fingerprint(manifest["fingerprint"], {**self.environment, **(fingerprint or {})})
+        return Path(path) / MANIFEST_NAME, manifest
+
+    def load_images(self, directory, lazy=False):
+        if self.images_error is not None:
+            raise self.images_error
+        self.images_loaded.append((Path(directory), threading.current_thread().name))
+        return 1
+
     def install(self, monkeypatch) -> FakeGraphIO:
         import foundry_core.graphs
+        import foundry_core.images
 
         monkeypatch.setattr(foundry_core.graphs, "save_graphs", self.save_graphs)
         monkeypatch.setattr(foundry_core.graphs, "load_graphs", self.load_graphs)
+        monkeypatch.setattr(foundry_core.graphs, "open_archive", self.open_archive)
+        monkeypatch.setattr(foundry_core.images, "load_cuda_modules_and_libraries", self.load_images)
         return self
 
 

@@ -80,6 +80,9 @@ class FakeSession:
         if self.off_at_boundary:
             self.mode = Mode.OFF
 
+    def load_images_ahead(self, bind: Any) -> None:
+        self.log.append("images_ahead")
+
     def end(self) -> None:
         self.log.append("end")
 
@@ -240,6 +243,35 @@ def test_boundary_ends_the_region_only_where_the_plugin_says_so():
     rt2.boundary()
     rt2.finish()
     assert log2 == ["boundary"]
+
+
+def test_boundary_starts_loading_the_images_ahead_in_load_mode_only(monkeypatch):
+    for mode, expected in ((Mode.LOAD, ["boundary", "images_ahead"]), (Mode.SAVE, ["boundary"])):
+        rt, log = make_runtime(mode)
+        rt.boundary()
+        assert log == expected
+    monkeypatch.setenv("FOUNDRY_IMAGES_AHEAD", "0")
+    rt, log = make_runtime(Mode.LOAD)
+    rt.boundary()
+    assert log == ["boundary"]
+
+
+def test_no_images_ahead_for_lazy_instantiation_or_without_a_context():
+    class Lazy(Runtime):
+        def lazy_instantiation(self) -> bool:
+            return True
+
+    log: list[str] = []
+    Lazy(FakeSession(Mode.LOAD, log), adapter=None, device=FakeDevice(log, free=1 << 30)).boundary()
+    assert log == ["boundary"]
+
+    class NoContext(FakeDevice):
+        def thread_binder(self):
+            raise StateError("no current CUDA context to hand to another thread (cuCtxGetCurrent: 201)")
+
+    log2: list[str] = []
+    Runtime(FakeSession(Mode.LOAD, log2), adapter=None, device=NoContext(log2, free=1 << 30)).boundary()
+    assert log2 == ["boundary"]  # the restore loads the images itself
 
 
 def test_fall_back_to_off_closes_the_region_and_the_restored_archive():

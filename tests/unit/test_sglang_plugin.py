@@ -1017,6 +1017,7 @@ class ArchiveIO:
     def __init__(self):
         self.saved: dict[Path, dict[str, tuple]] = {}
         self.loaded: list[Path] = []
+        self.images_ahead: list[Path] = []  # directories whose images a thread loaded ahead
 
     def save_graphs(self, directory, graphs, fingerprint=None):
         d = Path(directory)
@@ -1035,6 +1036,17 @@ class ArchiveIO:
         check_fingerprint(read_manifest(d / MANIFEST_NAME)["fingerprint"], {**ENVIRONMENT, **(fingerprint or {})})
         self.loaded.append(d)
         return FakeArchive(self.saved[d])
+
+    def open_archive(self, path, check_environment=True, fingerprint=None):
+        d = Path(path)
+        manifest = read_manifest(d / MANIFEST_NAME)
+        check_fingerprint(manifest["fingerprint"], {**ENVIRONMENT, **(fingerprint or {})})
+        return d / MANIFEST_NAME, manifest
+
+    def load_images(self, directory, lazy=False):
+        assert threading.current_thread().name == "foundry-images-ahead"
+        self.images_ahead.append(Path(directory))
+        return 0
 
 
 @dataclasses.dataclass
@@ -1057,10 +1069,13 @@ def scheduler(fake_sglang, monkeypatch, tmp_path):
     """Installs the worker and capture seams over the fake SGLang and returns a helper that runs one
     scheduler start-up (``start(mode, **server_args)``) under a real EngineSession."""
     import foundry_core.graphs
+    import foundry_core.images
 
     io = ArchiveIO()
     monkeypatch.setattr(foundry_core.graphs, "save_graphs", io.save_graphs)
     monkeypatch.setattr(foundry_core.graphs, "load_graphs", io.load_graphs)
+    monkeypatch.setattr(foundry_core.graphs, "open_archive", io.open_archive)
+    monkeypatch.setattr(foundry_core.images, "load_cuda_modules_and_libraries", io.load_images)
     monkeypatch.setattr(worker_patches, "preload_active", lambda: True)
     archive = tmp_path / "archive"
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(archive))
@@ -1093,6 +1108,7 @@ def test_save_flow(scheduler):
     run = scheduler("save")
     steps = run.steps()
     assert steps[:4] == ["set_device", "nccl", "groups", "load_model"]
+    assert scheduler.io.images_ahead == []  # SAVE loads no archived image
     assert [c[0] for c in run.region.calls] == ["set_region", "seal", "stop"]  # NCCL in between; stop after capture
     assert "profile" in steps and "kernel_warmup" in steps
     # SGLang's own loop, largest first: prepare, two warmups and one captured forward per size.
@@ -1124,6 +1140,9 @@ def test_load_flow_restores_instead_of_capturing(scheduler, caplog):
     with caplog.at_level(logging.INFO, logger="foundry"):
         run = scheduler("auto")
     assert run.rt.mode is Mode.LOAD and run.rt.restored == 4
+    # The kernel images went to the driver on a thread from the determinism boundary on.
+    assert scheduler.io.images_ahead == [rank_dir(scheduler.archive, 0)]
+    assert any("kernel images loaded ahead" in r.getMessage() for r in caplog.records)
     steps = run.steps()
     assert "profile" not in steps and "kernel_warmup" not in steps
     assert "gc.collect" not in steps and "gc.collect" in save.steps()  # the loop's collections: SAVE only

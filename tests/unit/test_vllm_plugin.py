@@ -699,6 +699,9 @@ class FakeSession:
     def determinism_boundary(self):
         self.log.append("boundary")
 
+    def load_images_ahead(self, bind):
+        self.log.append("images_ahead")
+
     def recorded_state(self):
         return self.state if self.mode is Mode.LOAD else None
 
@@ -731,6 +734,13 @@ def test_pause_resumes_the_region_when_the_work_fails():
     dev = FakeDevice()
     rt = runtime.WorkerRuntime(FakeSession(Mode.SAVE), adapter_mod.VllmAdapter(fake_config()), dev)
     check_pause_resumes_after_failure(rt, dev)
+
+
+def test_lazy_instantiation_follows_the_setting(monkeypatch):
+    rt = runtime.WorkerRuntime(FakeSession(Mode.LOAD), adapter_mod.VllmAdapter(fake_config()), FakeDevice())
+    for value, lazy in (("", False), ("lazy", True), ("background", False), ("sometimes", False)):
+        monkeypatch.setenv("FOUNDRY_VLLM_INSTANTIATE", value)
+        assert rt.lazy_instantiation() is lazy
 
 
 def test_instantiate_mode_setting(monkeypatch):

@@ -24,7 +24,9 @@ import logging
 from typing import Any, ClassVar
 
 from foundry_core.engine import EngineSession, NativeRegionRuntime, RegionRuntime, worker
+from foundry_core.errors import InvalidArgumentError
 
+from sglang_foundry import options
 from sglang_foundry.adapter import SglangAdapter
 
 logger = logging.getLogger("foundry.sglang")
@@ -63,6 +65,12 @@ class SchedulerRuntime(worker.WorkerRuntime):
     def __init__(self, session: EngineSession, adapter: SglangAdapter, device: DeviceOps | None = None) -> None:
         super().__init__(session, adapter, device if device is not None else DeviceOps())
         self.phase = Phase.INIT
+
+    def lazy_instantiation(self) -> bool:
+        try:
+            return options.instantiate_mode()[0] == "lazy"
+        except InvalidArgumentError:
+            return False  # the restore reports the setting
         self.runner: Any = None            # the target ModelRunner, during the capture phase
         self.loop: Any = None              # the decode capture loop the capture seams drive (CaptureLoop)
         self.restored = 0

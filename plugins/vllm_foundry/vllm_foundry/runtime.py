@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from foundry_core.engine import EngineSession
 from foundry_core.engine import options, worker
+from foundry_core.errors import InvalidArgumentError
 
 from vllm_foundry.adapter import VllmAdapter
 
@@ -71,6 +72,12 @@ class WorkerRuntime(worker.WorkerRuntime):
         self.worker: Any = None
         self.runner: Any = None
         self.pieces: Any = None  # LOAD, piecewise: the restored pieces (piecewise.Pieces)
+
+    def lazy_instantiation(self) -> bool:
+        try:
+            return instantiate_mode()[0] == "lazy"
+        except InvalidArgumentError:
+            return False  # the restore reports the setting
 
 
 _SLOT: worker.RuntimeSlot[WorkerRuntime] = worker.RuntimeSlot()
