@@ -6,7 +6,7 @@
 // reduced a fatbin to one cubin, else 0), u32 nvshmem, u32 entry count, then each entry name as
 // a u64-length-prefixed string.
 //
-// The reader is shared by LOAD (Registry::load_one) and the inspection tools, so both accept
+// The reader is shared by LOAD (Registry::read_and_load) and the inspection tools, so both accept
 // exactly the same files.
 #pragma once
 

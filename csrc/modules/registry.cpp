@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -15,6 +16,7 @@
 #include "archive/container.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/parallel.h"
 #include "driver/driver.h"
 #include "modules/image_file.h"
 #include "modules/image_format.h"
@@ -417,8 +419,7 @@ Status Registry::pack(const std::string& dir, const std::vector<uint64_t>& hashe
 
 // ---- loading ------------------------------------------------------------------------------
 
-Status Registry::load_one(const std::string& path, bool lazy, bool* skipped) {
-  *skipped = false;
+Result<std::unique_ptr<ImageRecord>> Registry::read_and_load(const std::string& path, bool lazy) {
   auto file = read_image_file(path);
   if (!file.ok()) return file.status();
   ImageFileInfo& info = file.value();
@@ -439,37 +440,38 @@ Status Registry::load_one(const std::string& path, bool lazy, bool* skipped) {
   r->loaded = false;
   r->path = path;
   driver_if_open()->cuCtxGetCurrent(&r->ctx);
-  // Read before: nothing to do, unless this eager read finds it read lazily and not loaded yet.
-  auto previous = [&]() -> ImageRecord* {
-    for (auto& existing : records_)
-      if (existing->from_archive && !existing->load_failed && existing->hash == r->hash) return existing.get();
-    return nullptr;
-  };
   {
+    // Read before: nothing to do, unless this eager read finds it read lazily and not loaded yet.
     std::lock_guard<std::recursive_mutex> lock(mu_);
-    ImageRecord* before = previous();
-    if (before != nullptr && (lazy || before->loaded)) {
-      *skipped = true;
-      return Status::Ok();
-    }
+    ImageRecord* before = archived_record(r->hash);
+    if (before != nullptr && (lazy || before->loaded)) return std::unique_ptr<ImageRecord>();
   }
   // Eager: the driver load runs outside the lock (a slow one must not hold up the process's own
-  // loads on other threads); the record goes in only once loaded.
+  // loads on other threads); the record goes in only once loaded (commit).
   if (!lazy) FOUNDRY_RETURN_IF_ERROR(load_record(*r));
+  return r;
+}
+
+bool Registry::commit(std::unique_ptr<ImageRecord> r, bool lazy) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  if (ImageRecord* before = previous()) {  // read meanwhile, or read lazily before
-    *skipped = lazy || before->loaded;  // loading a lazily read one counts as loading it
+  if (ImageRecord* before = archived_record(r->hash)) {  // read meanwhile, or read lazily before
     if (!lazy && !before->loaded) {
       adopt_handles(*before, *r);
-      return Status::Ok();
+      return true;  // loading a lazily read one counts as loading it
     }
     if (!lazy) unload_record(*r);
-    return Status::Ok();
+    return false;
   }
   if (!lazy) register_handles(*r);
   records_.push_back(std::move(r));
   ++archived_count_;
-  return Status::Ok();
+  return true;
+}
+
+ImageRecord* Registry::archived_record(uint64_t hash) {
+  for (auto& existing : records_)
+    if (existing->from_archive && !existing->load_failed && existing->hash == hash) return existing.get();
+  return nullptr;
 }
 
 Status Registry::load_record(ImageRecord& rec) {
@@ -565,14 +567,39 @@ Result<uint64_t> Registry::load_dir(const std::string& dir, bool lazy) {
   }
   closedir(dp);
   std::sort(files.begin(), files.end());
+  // Files are read, checked and (eager) handed to the driver on several threads, each into the
+  // caller's context; records go in afterwards in file order, so the registry's order does not
+  // depend on the threads. The first error in file order is reported, as a serial load would,
+  // after the images before it went in; images loaded for later files are unloaded again.
+  CUcontext ctx = nullptr;
+  driver_if_open()->cuCtxGetCurrent(&ctx);
+  std::vector<std::unique_ptr<ImageRecord>> made(files.size());
+  std::vector<Status> status(files.size(), Status::Ok());
+  parallel_for(files.size(), image_threads(files.size(), lazy), [&](size_t i) {
+    driver_if_open()->cuCtxSetCurrent(ctx);  // a new thread starts with none
+    auto r = read_and_load(images_dir + "/" + files[i], lazy);
+    if (r.ok()) made[i] = std::move(r.value());
+    else status[i] = r.status();
+  });
   uint64_t loaded = 0;
-  for (const std::string& f : files) {
-    bool skipped = false;
-    FOUNDRY_RETURN_IF_ERROR(load_one(images_dir + "/" + f, lazy, &skipped));
-    if (!skipped) ++loaded;
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (!status[i].ok()) {
+      for (size_t j = i + 1; j < files.size(); ++j)
+        if (made[j] && made[j]->loaded) unload_record(*made[j]);
+      return status[i];
+    }
+    if (made[i] && commit(std::move(made[i]), lazy)) ++loaded;
   }
   LOG_INFO("%s %" PRIu64 " kernel images from %s", lazy ? "read" : "loaded", loaded, images_dir.c_str());
   return loaded;
+}
+
+size_t Registry::image_threads(size_t files, bool lazy) {
+  // Reading and checking is the process's own work: threads by the count. Whether the driver
+  // loads modules faster on several threads is the driver's affair: FOUNDRY_IMAGE_THREADS.
+  const char* env = std::getenv("FOUNDRY_IMAGE_THREADS");
+  if (env != nullptr && *env != '\0') return work_threads(std::strtoul(env, nullptr, 10));
+  return lazy ? work_threads(files / kImagesPerThread) : 1;
 }
 
 Result<uint64_t> Registry::init_nvshmem() {
