@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <system_error>
+#include <exception>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -19,21 +20,33 @@ void parallel_for(size_t n, size_t threads, const std::function<void(size_t)>& w
     for (size_t i = 0; i < n; ++i) work(i);
     return;
   }
+  // An exception must reach the caller as it would from the serial loop (an allocation failure
+  // on a huge or hostile file becomes a status there), not terminate the process from a thread:
+  // the first one thrown is kept, the rest of the work is skipped, every thread is joined, then
+  // it is rethrown here.
   std::atomic<size_t> next{0};
+  std::mutex failed_mu;
+  std::exception_ptr failed;
   auto drain = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < n;) work(i);
+    try {
+      for (size_t i; (i = next.fetch_add(1)) < n;) work(i);
+    } catch (...) {
+      next.store(n);
+      std::lock_guard<std::mutex> lock(failed_mu);
+      if (!failed) failed = std::current_exception();
+    }
   };
   std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
-  for (size_t t = 1; t < threads; ++t) {
-    try {
-      pool.emplace_back(drain);
-    } catch (const std::system_error&) {
-      break;  // no more threads to be had: the ones running (this one at least) do the rest
-    }
+  try {
+    pool.reserve(threads - 1);
+    for (size_t t = 1; t < threads; ++t) pool.emplace_back(drain);
+  } catch (...) {
+    // No more threads to be had (system_error, bad_alloc): the ones running, this one at least,
+    // do the rest.
   }
   drain();
   for (std::thread& t : pool) t.join();
+  if (failed) std::rethrow_exception(failed);
 }
 
 }  // namespace foundry

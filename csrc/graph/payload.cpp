@@ -367,6 +367,13 @@ CacheConfigTable cache_config_table(const Payload& p) {
   for_each_node(p, [&](const Node& n) {
     if (n.kind != NodeKind::kKernel || n.kernel.func.cache_config == kCachePreferNone) return;
     const KernelNode& k = n.kernel;
+    if (k.func.cache_config < kCachePreferNone || k.func.cache_config > kCachePreferEqual) {
+      // Readers refuse such a table: the kernel keeps the driver's default instead.
+      if (warned.insert({k.image_hash, k.name}).second)
+        LOG_WARNING("%s: cache preference %d is not a CUfunc_cache value; the archive keeps none for it",
+                    kernel_label(k.image_hash, k.name).c_str(), k.func.cache_config);
+      return;
+    }
     auto [it, fresh] = table.try_emplace({k.image_hash, k.name}, k.func.cache_config);
     if (fresh || it->second == k.func.cache_config || !warned.insert(it->first).second) return;
     LOG_WARNING("%s: the graphs were saved with cache preferences %d and %d; the archive keeps %d",

@@ -92,10 +92,15 @@ FOUNDRY_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fi
 FOUNDRY_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
   Registry& reg = Registry::instance();
   if (reg.is_archived_handle(library, Loader::kLibrary)) return CUDA_SUCCESS;
+  // The library's functions were noted under its module in this context (cuFuncGetModule):
+  // that module goes with the library, so its notes must go too.
+  CUmodule module = nullptr;
+  if (real()->cuLibraryGetModule(&module, library) != CUDA_SUCCESS) module = nullptr;
   CUresult r = real()->cuLibraryUnload(library);
   if (r == CUDA_SUCCESS) {
     reg.forget_handle(library, Loader::kLibrary);
     foundry::CacheConfigLog::instance().forget_owner(library);
+    foundry::CacheConfigLog::instance().forget_owner(module);
   }
   return r;
 }

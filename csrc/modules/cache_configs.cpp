@@ -9,14 +9,25 @@ CacheConfigLog& CacheConfigLog::instance() {
   return *log;
 }
 
+namespace {
+
+// What a note may record: a handle, the module or library it belongs to (else nothing would
+// forget it when that is unloaded, and a later function given the same handle value would
+// inherit the preference) and a CUfunc_cache value (anything else would end up in an archive).
+bool notable(const void* handle, const void* owner, int32_t config) {
+  return handle != nullptr && owner != nullptr && config >= kCachePreferNone && config <= kCachePreferEqual;
+}
+
+}  // namespace
+
 void CacheConfigLog::note_function(CUfunction func, CUmodule owner, int32_t config) {
-  if (func == nullptr) return;
+  if (!notable(func, owner, config)) return;
   std::lock_guard<std::mutex> lock(mu_);
   functions_[func] = Entry{owner, config};
 }
 
 void CacheConfigLog::note_kernel(CUkernel kern, CUdevice dev, CUlibrary owner, int32_t config) {
-  if (kern == nullptr) return;
+  if (!notable(kern, owner, config)) return;
   std::lock_guard<std::mutex> lock(mu_);
   kernels_[{kern, dev}] = Entry{owner, config};
 }

@@ -19,6 +19,7 @@ class CacheConfigLog {
  public:
   static CacheConfigLog& instance();
 
+  // A note without a handle or an owner, or whose config is not a CUfunc_cache value, is ignored.
   void note_function(CUfunction func, CUmodule owner, int32_t config);
   // cuKernelSetCacheConfig sets the preference for one device.
   void note_kernel(CUkernel kern, CUdevice dev, CUlibrary owner, int32_t config);

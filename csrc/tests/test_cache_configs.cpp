@@ -36,6 +36,21 @@ TEST_CASE("the most recent preference set on a function is the one read") {
   CHECK_EQ(log.get(nullptr, nullptr, 0), kCachePreferNone);
 }
 
+TEST_CASE("a note without an owner, or with a value that is not a CUfunc_cache, is not recorded") {
+  CacheConfigLog& log = CacheConfigLog::instance();
+  CUfunction f = fake<CUfunction>(0x1180);
+  CUmodule m = fake<CUmodule>(0x9180);
+  log.note_function(f, nullptr, kCachePreferShared);  // nothing would forget it at an unload
+  CHECK_EQ(log.get(f, nullptr, 0), kCachePreferNone);
+  log.note_function(f, m, 7);
+  log.note_function(f, m, -1);
+  CHECK_EQ(log.get(f, nullptr, 0), kCachePreferNone);
+  CUkernel k = fake<CUkernel>(0x2180);
+  log.note_kernel(k, 0, nullptr, kCachePreferShared);
+  log.note_kernel(k, 0, fake<CUlibrary>(0x8180), 4);
+  CHECK_EQ(log.get(nullptr, k, 0), kCachePreferNone);
+}
+
 TEST_CASE("a kernel's preference is per device, and the function's own one wins") {
   CacheConfigLog& log = CacheConfigLog::instance();
   CUkernel k = fake<CUkernel>(0x2200);

@@ -414,6 +414,20 @@ int32_t config_of(const KernelNode& k) { return k.func.cache_config; }
 
 }  // namespace
 
+TEST_CASE("a preference that is not a CUfunc_cache value is left out of the table, so the file stays readable") {
+  Payload p = with_cache_configs();
+  p.templates[0].nodes[1].kernel.func.cache_config = 7;  // _Z6kernel1
+  CacheConfigTable table = cache_config_table(p);
+  CHECK(table.count({0xabc, "_Z6kernel1"}) == 0);
+  CHECK_EQ(table.size(), 2u);
+  auto c = written(p, "cache-configs-bad");
+  CHECK(c.ok());
+  if (!c.ok()) return;
+  auto r = parse_payload(c.value(), "test", DeltaRead::kNow);
+  CHECK(r.ok());
+  if (r.ok()) CHECK_EQ(config_of(r.value().templates[0].nodes[1].kernel), kCachePreferNone);
+}
+
 TEST_CASE("kernel cache preferences are written once per kernel and read back into every node") {
   Payload p = with_cache_configs();
   CacheConfigTable table = cache_config_table(p);
