@@ -5,12 +5,14 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <new>
 
 #include "archive/bytes.h"
 #include "archive/container.h"
@@ -567,28 +569,51 @@ Result<uint64_t> Registry::load_dir(const std::string& dir, bool lazy) {
   }
   closedir(dp);
   std::sort(files.begin(), files.end());
-  // Files are read, checked and (eager) handed to the driver on several threads, each into the
-  // caller's context; records go in afterwards in file order, so the registry's order does not
-  // depend on the threads. The first error in file order is reported, as a serial load would,
-  // after the images before it went in; images loaded for later files are unloaded again.
-  CUcontext ctx = nullptr;
-  driver_if_open()->cuCtxGetCurrent(&ctx);
-  std::vector<std::unique_ptr<ImageRecord>> made(files.size());
-  std::vector<Status> status(files.size(), Status::Ok());
-  parallel_for(files.size(), image_threads(files.size(), lazy), [&](size_t i) {
-    driver_if_open()->cuCtxSetCurrent(ctx);  // a new thread starts with none
-    auto r = read_and_load(images_dir + "/" + files[i], lazy);
-    if (r.ok()) made[i] = std::move(r.value());
-    else status[i] = r.status();
-  });
+  const size_t threads = image_threads(files.size(), lazy);
   uint64_t loaded = 0;
-  for (size_t i = 0; i < files.size(); ++i) {
-    if (!status[i].ok()) {
-      for (size_t j = i + 1; j < files.size(); ++j)
-        if (made[j] && made[j]->loaded) unload_record(*made[j]);
-      return status[i];
+  if (threads <= 1) {
+    // One at a time, each registered as soon as it is loaded: the process's own load of the same
+    // image on another thread then finds it (find_archived) instead of loading a second copy.
+    for (const std::string& f : files) {
+      auto r = read_and_load(images_dir + "/" + f, lazy);
+      if (!r.ok()) return r.status();
+      if (r.value() && commit(std::move(r.value()), lazy)) ++loaded;
     }
-    if (made[i] && commit(std::move(made[i]), lazy)) ++loaded;
+  } else {
+    // On several threads, each into the caller's context; the records go in afterwards in file
+    // order, so the registry's order does not depend on the threads. The first error in file
+    // order is reported, as a serial load would, after the images before it went in; files after
+    // it are not started, and those already loaded are unloaded again.
+    CUcontext ctx = nullptr;
+    driver_if_open()->cuCtxGetCurrent(&ctx);
+    std::vector<std::unique_ptr<ImageRecord>> made(files.size());
+    std::vector<Status> status(files.size(), Status::Ok());
+    std::atomic<size_t> first_failed{files.size()};
+    parallel_for(files.size(), threads, [&](size_t i) {
+      if (i > first_failed.load()) return;
+      Status s = cuda_check(driver_if_open()->cuCtxSetCurrent(ctx), "cuCtxSetCurrent");  // a new thread has none
+      if (s.ok()) {
+        try {
+          auto r = read_and_load(images_dir + "/" + files[i], lazy);
+          if (r.ok()) made[i] = std::move(r.value());
+          else s = r.status();
+        } catch (const std::bad_alloc&) {
+          s = Error(FOUNDRY_ERR_IO, images_dir + "/" + files[i] + ": out of memory reading the image");
+        }
+      }
+      if (s.ok()) return;
+      status[i] = s;
+      for (size_t at = first_failed.load(); i < at && !first_failed.compare_exchange_weak(at, i);) {
+      }
+    });
+    for (size_t i = 0; i < files.size(); ++i) {
+      if (!status[i].ok()) {
+        for (size_t j = i + 1; j < files.size(); ++j)
+          if (made[j] && made[j]->loaded) unload_record(*made[j]);
+        return status[i];
+      }
+      if (made[i] && commit(std::move(made[i]), lazy)) ++loaded;
+    }
   }
   LOG_INFO("%s %" PRIu64 " kernel images from %s", lazy ? "read" : "loaded", loaded, images_dir.c_str());
   return loaded;
