@@ -422,6 +422,15 @@ Status Registry::pack(const std::string& dir, const std::vector<uint64_t>& hashe
 // ---- loading ------------------------------------------------------------------------------
 
 Result<std::unique_ptr<ImageRecord>> Registry::read_and_load(const std::string& path, bool lazy) {
+  uint64_t named = 0;
+  if (image_file_hash(path, &named)) {
+    // Loaded (or, for a lazy read, read) from a file of this name before: that read checked the
+    // content against the name, so the image is the same and need not be read again (a restore
+    // after the images were loaded ahead reads none of them twice).
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    ImageRecord* before = archived_record(named);
+    if (before != nullptr && (lazy || before->loaded)) return std::unique_ptr<ImageRecord>();
+  }
   auto file = read_image_file(path);
   if (!file.ok()) return file.status();
   ImageFileInfo& info = file.value();

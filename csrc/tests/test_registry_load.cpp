@@ -4,6 +4,7 @@
 // and failures, on one thread or several. The registry is the process's, shared by every case:
 // each case writes images of its own bytes and compares counts before and after.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
@@ -149,6 +150,20 @@ TEST_CASE("a directory loaded twice: the second load loads nothing, each image i
     CHECK_EQ(d.modules, 6);
     CHECK_EQ(d.loads, 6);
   }
+}
+
+TEST_CASE("a file already loaded is not read again: its name stands for its content") {
+  Archive a;
+  std::vector<Image> images = a.add_images(start("not read twice", nullptr), 3);
+  CHECK(Registry::instance().load_dir(a.dir).ok());
+  // The loaded images' files made unreadable: a second load must not need them.
+  for (const Image& im : images) CHECK(::truncate((a.dir + "/images/" + image_file_name(im.hash)).c_str(), 3) == 0);
+  auto again = Registry::instance().load_dir(a.dir);
+  CHECK(again.ok() && again.value() == 0);
+  uint64_t hash = 0;
+  CHECK(image_file_hash("/x/images/" + image_file_name(0x0123456789abcdefULL), &hash) && hash == 0x0123456789abcdefULL);
+  CHECK(!image_file_hash("/x/images/0123456789ABCDEF.fimg", &hash));
+  CHECK(!image_file_hash("/x/images/0123.fimg", &hash));
 }
 
 TEST_CASE("an eager load after a lazy read loads the records read, once") {
