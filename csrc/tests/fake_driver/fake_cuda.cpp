@@ -13,9 +13,8 @@
 //    "OKAY PAIR ...": every test image is longer than nine bytes) is held at a rendezvous with another such load, so that a test knows that
 //    two of the registry's threads loaded at once, whatever the scheduler does (the calling thread
 //    alone could otherwise take every file).
-// Every other function of the Driver table is a stub that fails, there only so that the table
-// resolves (a function missing here shows as "libcuda.so.1 lacks ..." in the test). The fake_*
-// functions are the tests' controls.
+// Every other function of the Driver table is a weak stub that fails (fake_stubs.cpp), there only
+// so that the table resolves. The fake_* functions are the tests' controls.
 #include <cuda.h>
 
 #include <atomic>
@@ -134,47 +133,3 @@ long fake_live_modules() {
 }
 
 }  // extern "C"
-
-// ---- stubs --------------------------------------------------------------------------------
-
-// Exported under the symbol the Driver table looks up: cuda.h's macros turn the public name into
-// the versioned symbol (cuMemAlloc -> cuMemAlloc_v2), as they do for the table.
-#define FAKE_STR2(x) #x
-#define FAKE_STR(x) FAKE_STR2(x)
-#define FAKE_STUB(name)                                                  \
-  extern "C" CUresult fake_stub_##name() __asm__(FAKE_STR(name));       \
-  CUresult fake_stub_##name() { return CUDA_ERROR_NOT_SUPPORTED; }
-
-#define FAKE_STUBS(X)                                                                             \
-  X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet) X(cuDeviceGetCount)  \
-  X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDeviceGetUuid)               \
-  X(cuDevicePrimaryCtxRetain) X(cuCtxGetDevice) X(cuCtxSynchronize) X(cuGetProcAddress)           \
-  X(cuMemAlloc) X(cuMemAllocPitch) X(cuMemFree) X(cuMemAddressReserve) X(cuMemAddressFree)        \
-  X(cuMemCreate) X(cuMemMap) X(cuMemUnmap) X(cuMemRelease) X(cuMemSetAccess)                      \
-  X(cuMemGetAllocationGranularity) X(cuPointerGetAttribute) X(cuMemcpyDtoH)                       \
-  X(cuMemGetAddressRange) X(cuModuleLoad) X(cuModuleLoadDataEx) X(cuModuleLoadFatBinary)          \
-  X(cuModuleGetFunctionCount) X(cuModuleEnumerateFunctions) X(cuModuleGetGlobal)                  \
-  X(cuLibraryLoadData) X(cuLibraryLoadFromFile) X(cuLibraryUnload) X(cuLibraryGetKernel)          \
-  X(cuLibraryGetKernelCount) X(cuLibraryEnumerateKernels) X(cuLibraryGetModule)                   \
-  X(cuLibraryGetGlobal) X(cuKernelGetName) X(cuKernelGetLibrary) X(cuKernelGetFunction)           \
-  X(cuKernelGetParamInfo) X(cuKernelGetAttribute) X(cuKernelSetAttribute) X(cuFuncGetName)        \
-  X(cuFuncGetModule) X(cuFuncGetParamInfo) X(cuFuncGetAttribute) X(cuFuncSetAttribute)            \
-  X(cuFuncLoad) X(cuFuncIsLoaded) X(cuFuncSetCacheConfig) X(cuKernelSetCacheConfig)               \
-  X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphGetNodes) X(cuGraphGetEdges) X(cuGraphNodeGetType)  \
-  X(cuGraphKernelNodeGetParams) X(cuGraphKernelNodeGetAttribute) X(cuGraphKernelNodeSetAttribute) \
-  X(cuGraphMemsetNodeGetParams) X(cuGraphMemcpyNodeGetParams) X(cuGraphEventRecordNodeGetEvent)   \
-  X(cuGraphEventWaitNodeGetEvent) X(cuGraphChildGraphNodeGetGraph) X(cuGraphAddNode)              \
-  X(cuGraphAddDependencies) X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy) X(cuGraphLaunch) \
-  X(cuGraphUpload) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuStreamSynchronize)     \
-  X(cuStreamCreate) X(cuStreamDestroy) X(cuGraphExecKernelNodeSetParams)                          \
-  X(cuGraphNodeGetDependencies) X(cuGraphAddKernelNode) X(cuGraphAddMemsetNode)                   \
-  X(cuGraphAddMemcpyNode) X(cuGraphAddEventRecordNode) X(cuGraphAddEventWaitNode)                 \
-  X(cuGraphAddEmptyNode) X(cuGraphAddChildGraphNode) X(cuGraphClone)                              \
-  X(cuGraphExecMemsetNodeSetParams) X(cuGraphExecMemcpyNodeSetParams)                             \
-  X(cuGraphExecEventRecordNodeSetEvent) X(cuGraphExecEventWaitNodeSetEvent)                       \
-  X(cuGraphNodeFindInClone) X(cuStreamGetCaptureInfo) X(cuStreamBeginCapture)                     \
-  X(cuStreamEndCapture) X(cuGraphKernelNodeSetParams) X(cuGraphKernelNodeCopyAttributes)          \
-  X(cuGraphMemsetNodeSetParams) X(cuGraphMemcpyNodeSetParams) X(cuGraphEventRecordNodeSetEvent)   \
-  X(cuGraphEventWaitNodeSetEvent)
-
-FAKE_STUBS(FAKE_STUB)
