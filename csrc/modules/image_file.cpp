@@ -43,6 +43,21 @@ std::string image_file_name(uint64_t hash) {
   return buf;
 }
 
+bool image_file_hash(const std::string& path, uint64_t* hash) {
+  const std::string name = path.substr(path.find_last_of('/') + 1);
+  const std::string suffix = kImageFileSuffix;
+  if (name.size() != 16 + suffix.size() || name.compare(16, std::string::npos, suffix) != 0) return false;
+  uint64_t value = 0;
+  for (size_t i = 0; i < 16; ++i) {
+    const char c = name[i];
+    if (c >= '0' && c <= '9') value = value << 4 | static_cast<uint64_t>(c - '0');
+    else if (c >= 'a' && c <= 'f') value = value << 4 | static_cast<uint64_t>(c - 'a' + 10);
+    else return false;
+  }
+  *hash = value;
+  return true;
+}
+
 Result<ImageFileInfo> read_image_file(const std::string& path, bool copy_segments) {
   auto c = Container::read_file(path);
   if (!c.ok()) return c.status();

@@ -6,7 +6,7 @@
 // reduced a fatbin to one cubin, else 0), u32 nvshmem, u32 entry count, then each entry name as
 // a u64-length-prefixed string.
 //
-// The reader is shared by LOAD (Registry::load_one) and the inspection tools, so both accept
+// The reader is shared by LOAD (Registry::read_and_load) and the inspection tools, so both accept
 // exactly the same files.
 #pragma once
 
@@ -39,6 +39,9 @@ struct ImageFileInfo {
 
 // "<16 lowercase hex digits>.fimg", the name an image with this hash is stored under.
 std::string image_file_name(uint64_t hash);
+// The hash a path's file name stands for when it has that form (read_image_file refuses a file
+// whose content has another hash), else false.
+bool image_file_hash(const std::string& path, uint64_t* hash);
 
 // Reads and validates an image file: the container (checksums, bounds), the metadata, a known
 // loader, a file name matching the hash and at least one segment. With copy_segments false only

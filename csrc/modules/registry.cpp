@@ -5,16 +5,20 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <new>
 
 #include "archive/bytes.h"
 #include "archive/container.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/parallel.h"
 #include "driver/driver.h"
 #include "modules/image_file.h"
 #include "modules/image_format.h"
@@ -429,8 +433,16 @@ Status Registry::pack(const std::string& dir, const std::vector<uint64_t>& hashe
 
 // ---- loading ------------------------------------------------------------------------------
 
-Status Registry::load_one(const std::string& path, bool lazy, bool* skipped) {
-  *skipped = false;
+Result<std::unique_ptr<ImageRecord>> Registry::read_and_load(const std::string& path, bool lazy) {
+  uint64_t named = 0;
+  if (image_file_hash(path, &named)) {
+    // Loaded (or, for a lazy read, read) from a file of this name before: that read checked the
+    // content against the name, so the image is the same and need not be read again (a restore
+    // after the images were loaded ahead reads none of them twice).
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    ImageRecord* before = archived_record(named);
+    if (before != nullptr && (lazy || before->loaded)) return std::unique_ptr<ImageRecord>();
+  }
   auto file = read_image_file(path);
   if (!file.ok()) return file.status();
   ImageFileInfo& info = file.value();
@@ -451,37 +463,38 @@ Status Registry::load_one(const std::string& path, bool lazy, bool* skipped) {
   r->loaded = false;
   r->path = path;
   driver_if_open()->cuCtxGetCurrent(&r->ctx);
-  // Read before: nothing to do, unless this eager read finds it read lazily and not loaded yet.
-  auto previous = [&]() -> ImageRecord* {
-    for (auto& existing : records_)
-      if (existing->from_archive && !existing->load_failed && existing->hash == r->hash) return existing.get();
-    return nullptr;
-  };
   {
+    // Read before: nothing to do, unless this eager read finds it read lazily and not loaded yet.
     std::lock_guard<std::recursive_mutex> lock(mu_);
-    ImageRecord* before = previous();
-    if (before != nullptr && (lazy || before->loaded)) {
-      *skipped = true;
-      return Status::Ok();
-    }
+    ImageRecord* before = archived_record(r->hash);
+    if (before != nullptr && (lazy || before->loaded)) return std::unique_ptr<ImageRecord>();
   }
   // Eager: the driver load runs outside the lock (a slow one must not hold up the process's own
-  // loads on other threads); the record goes in only once loaded.
+  // loads on other threads); the record goes in only once loaded (commit).
   if (!lazy) FOUNDRY_RETURN_IF_ERROR(load_record(*r));
+  return r;
+}
+
+bool Registry::commit(std::unique_ptr<ImageRecord> r, bool lazy) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  if (ImageRecord* before = previous()) {  // read meanwhile, or read lazily before
-    *skipped = lazy || before->loaded;  // loading a lazily read one counts as loading it
+  if (ImageRecord* before = archived_record(r->hash)) {  // read meanwhile, or read lazily before
     if (!lazy && !before->loaded) {
       adopt_handles(*before, *r);
-      return Status::Ok();
+      return true;  // loading a lazily read one counts as loading it
     }
     if (!lazy) unload_record(*r);
-    return Status::Ok();
+    return false;
   }
   if (!lazy) register_handles(*r);
   records_.push_back(std::move(r));
   ++archived_count_;
-  return Status::Ok();
+  return true;
+}
+
+ImageRecord* Registry::archived_record(uint64_t hash) {
+  for (auto& existing : records_)
+    if (existing->from_archive && !existing->load_failed && existing->hash == hash) return existing.get();
+  return nullptr;
 }
 
 Status Registry::load_record(ImageRecord& rec) {
@@ -577,14 +590,62 @@ Result<uint64_t> Registry::load_dir(const std::string& dir, bool lazy) {
   }
   closedir(dp);
   std::sort(files.begin(), files.end());
+  const size_t threads = image_threads(files.size(), lazy);
   uint64_t loaded = 0;
-  for (const std::string& f : files) {
-    bool skipped = false;
-    FOUNDRY_RETURN_IF_ERROR(load_one(images_dir + "/" + f, lazy, &skipped));
-    if (!skipped) ++loaded;
+  if (threads <= 1) {
+    // One at a time, each registered as soon as it is loaded: the process's own load of the same
+    // image on another thread then finds it (find_archived) instead of loading a second copy.
+    for (const std::string& f : files) {
+      auto r = read_and_load(images_dir + "/" + f, lazy);
+      if (!r.ok()) return r.status();
+      if (r.value() && commit(std::move(r.value()), lazy)) ++loaded;
+    }
+  } else {
+    // On several threads, each into the caller's context; the records go in afterwards in file
+    // order, so the registry's order does not depend on the threads. The first error in file
+    // order is reported, as a serial load would, after the images before it went in; files after
+    // it are not started, and those already loaded are unloaded again.
+    CUcontext ctx = nullptr;
+    driver_if_open()->cuCtxGetCurrent(&ctx);
+    std::vector<std::unique_ptr<ImageRecord>> made(files.size());
+    std::vector<Status> status(files.size(), Status::Ok());
+    std::atomic<size_t> first_failed{files.size()};
+    parallel_for(files.size(), threads, [&](size_t i) {
+      if (i > first_failed.load()) return;
+      Status s = cuda_check(driver_if_open()->cuCtxSetCurrent(ctx), "cuCtxSetCurrent");  // a new thread has none
+      if (s.ok()) {
+        try {
+          auto r = read_and_load(images_dir + "/" + files[i], lazy);
+          if (r.ok()) made[i] = std::move(r.value());
+          else s = r.status();
+        } catch (const std::bad_alloc&) {
+          s = Error(FOUNDRY_ERR_IO, images_dir + "/" + files[i] + ": out of memory reading the image");
+        }
+      }
+      if (s.ok()) return;
+      status[i] = s;
+      for (size_t at = first_failed.load(); i < at && !first_failed.compare_exchange_weak(at, i);) {
+      }
+    });
+    for (size_t i = 0; i < files.size(); ++i) {
+      if (!status[i].ok()) {
+        for (size_t j = i + 1; j < files.size(); ++j)
+          if (made[j] && made[j]->loaded) unload_record(*made[j]);
+        return status[i];
+      }
+      if (made[i] && commit(std::move(made[i]), lazy)) ++loaded;
+    }
   }
   LOG_INFO("%s %" PRIu64 " kernel images from %s", lazy ? "read" : "loaded", loaded, images_dir.c_str());
   return loaded;
+}
+
+size_t Registry::image_threads(size_t files, bool lazy) {
+  // Reading and checking is the process's own work: threads by the count. Whether the driver
+  // loads modules faster on several threads is the driver's affair: FOUNDRY_IMAGE_THREADS.
+  const char* env = std::getenv("FOUNDRY_IMAGE_THREADS");
+  if (env != nullptr && *env != '\0') return work_threads(std::strtoul(env, nullptr, 10));
+  return lazy ? work_threads(files / kImagesPerThread) : 1;
 }
 
 Result<uint64_t> Registry::init_nvshmem() {

@@ -93,8 +93,17 @@ class Registry {
   void ensure_hashed(ImageRecord& r);
   Status ensure_entries(ImageRecord& r);
   ImageRecord* find_by_module(CUmodule mod);
-  Status load_one(const std::string& path, bool lazy, bool* skipped);
-  // Hands an archived image read by load_one to the driver, into the record's context. Lazy
+  // An archived image read from `path` and checked and, unless `lazy`, handed to the driver
+  // (outside mu_); nullptr when an identical archived image was read (lazy) or loaded before.
+  Result<std::unique_ptr<ImageRecord>> read_and_load(const std::string& path, bool lazy);
+  // Registers what read_and_load made (mu_ taken); false when an identical image went in
+  // meanwhile (a loaded duplicate is unloaded again).
+  bool commit(std::unique_ptr<ImageRecord> r, bool lazy);
+  ImageRecord* archived_record(uint64_t hash);  // caller holds mu_
+  // How many threads load_dir reads (and loads) `files` image files on.
+  static size_t image_threads(size_t files, bool lazy);
+  static constexpr size_t kImagesPerThread = 16;
+  // Hands an archived image read by read_and_load to the driver, into the record's context. Lazy
   // records are loaded with mu_ held (a first resolve or the process's identical load waits).
   Status load_record(ImageRecord& r);
   // A lazy record at first need: loaded, or marked dead with a warning when the driver refuses it.

@@ -37,10 +37,15 @@ def test_every_graph_kernel_maps_to_an_image_and_name(saved):
     assert all(m["hash"] and m["name"] for m in r["graph_kernels"])
 
 
-@pytest.mark.parametrize("how", ["eager", "lazy", "lazy-resolve-first"])
-def test_reloaded_images_resolve_every_kernel_and_dedupe_later_loads(saved, program, how):
+@pytest.mark.parametrize("how,threads", [("eager", None), ("lazy", None), ("lazy-resolve-first", None),
+                                         ("eager", "4"), ("lazy", "1")])
+def test_reloaded_images_resolve_every_kernel_and_dedupe_later_loads(saved, program, how, threads):
+    import os
+
     directory, r = saved
-    out = program("images_probe", "load", str(directory), str(directory / "mapping.json"), how)
+    # FOUNDRY_IMAGE_THREADS: the driver loads on several threads, the lazy reads on one.
+    env = dict(os.environ, FOUNDRY_IMAGE_THREADS=threads) if threads else None
+    out = program("images_probe", "load", str(directory), str(directory / "mapping.json"), how, env=env)
     print("\nimages reloaded:", out["loaded"], "in", f"{out['load_seconds']:.4f} s,",
           "distinct kernels:", out["distinct_kernels"])
     assert out["loaded"] == len(r["used_images"])
