@@ -979,6 +979,14 @@ def test_pause_order_nesting_and_closed_region(fake_sglang):
     check_no_pause_after_finish(rt, dev)
 
 
+def test_fresh_runtime_and_lazy_instantiation_setting(fake_sglang, monkeypatch):
+    rt = runtime.SchedulerRuntime(ModeOnlySession(Mode.LOAD), adapter_mod.SglangAdapter(None), FakeDevice())
+    assert (rt.runner, rt.loop, rt.restored) == (None, None, 0)  # set before any seam runs
+    for value, lazy in (("", False), ("lazy", True), ("background", False), ("sometimes", False)):
+        monkeypatch.setenv("FOUNDRY_SGLANG_INSTANTIATE", value)
+        assert rt.lazy_instantiation() is lazy
+
+
 # ---- SAVE and LOAD flows over the fake SGLang ------------------------------------------------------
 
 

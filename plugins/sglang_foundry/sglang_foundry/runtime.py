@@ -65,15 +65,15 @@ class SchedulerRuntime(worker.WorkerRuntime):
     def __init__(self, session: EngineSession, adapter: SglangAdapter, device: DeviceOps | None = None) -> None:
         super().__init__(session, adapter, device if device is not None else DeviceOps())
         self.phase = Phase.INIT
+        self.runner: Any = None            # the target ModelRunner, during the capture phase
+        self.loop: Any = None              # the decode capture loop the capture seams drive (CaptureLoop)
+        self.restored = 0
 
     def lazy_instantiation(self) -> bool:
         try:
             return options.instantiate_mode()[0] == "lazy"
         except InvalidArgumentError:
             return False  # the restore reports the setting
-        self.runner: Any = None            # the target ModelRunner, during the capture phase
-        self.loop: Any = None              # the decode capture loop the capture seams drive (CaptureLoop)
-        self.restored = 0
 
 
 _SLOT: worker.RuntimeSlot[SchedulerRuntime] = worker.RuntimeSlot()
