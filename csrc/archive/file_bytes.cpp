@@ -19,6 +19,23 @@ bool mapping_allowed() {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
+// Reads up to n bytes at `offset` into out, stopping early only where the file ends; *done says
+// how many were read. FOUNDRY_ERR_IO naming `name` when a read fails.
+Status pread_up_to(int fd, uint64_t offset, size_t n, uint8_t* out, const std::string& name, size_t* done) {
+  *done = 0;
+  while (*done < n) {
+    ssize_t got = ::pread(fd, out + *done, n - *done, static_cast<off_t>(offset + *done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return Error(FOUNDRY_ERR_IO, name + ": read failed at offset " + std::to_string(offset + *done) + ": " +
+                                       std::strerror(errno));
+    }
+    if (got == 0) break;
+    *done += static_cast<size_t>(got);
+  }
+  return Status::Ok();
+}
+
 Status copy_file(int fd, const std::string& path, size_t size, std::vector<uint8_t>* out) {
   try {
     out->resize(size);
@@ -28,16 +45,7 @@ Status copy_file(int fd, const std::string& path, size_t size, std::vector<uint8
   // Read what fstat promised. A file that shrinks meanwhile gives a short buffer, which the
   // container reports as truncated; one that grows is read only up to the size seen.
   size_t done = 0;
-  while (done < out->size()) {
-    ssize_t n = ::pread(fd, out->data() + done, out->size() - done, static_cast<off_t>(done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Error(FOUNDRY_ERR_IO, path + ": read failed at offset " + std::to_string(done) + ": " +
-                                       std::strerror(errno));
-    }
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
+  FOUNDRY_RETURN_IF_ERROR(pread_up_to(fd, 0, size, out->data(), path, &done));
   out->resize(done);
   return Status::Ok();
 }
@@ -62,19 +70,11 @@ OpenFile::~OpenFile() { ::close(fd_); }
 
 Status OpenFile::read_at(uint64_t offset, size_t n, uint8_t* out, const std::string& name) const {
   size_t done = 0;
-  while (done < n) {
-    ssize_t got = ::pread(fd_, out + done, n - done, static_cast<off_t>(offset + done));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return Error(FOUNDRY_ERR_IO, name + ": read failed at offset " + std::to_string(offset + done) + ": " +
-                                       std::strerror(errno));
-    }
-    if (got == 0) {
-      return Error(FOUNDRY_ERR_IO, name + ": the file ends at offset " + std::to_string(offset + done) + ", before the " +
-                                       std::to_string(n) + " bytes at " + std::to_string(offset) +
-                                       " it had when opened (truncated since)");
-    }
-    done += static_cast<size_t>(got);
+  FOUNDRY_RETURN_IF_ERROR(pread_up_to(fd_, offset, n, out, name, &done));
+  if (done < n) {
+    return Error(FOUNDRY_ERR_IO, name + ": the file ends at offset " + std::to_string(offset + done) + ", before the " +
+                                     std::to_string(n) + " bytes at " + std::to_string(offset) +
+                                     " it had when opened (truncated since)");
   }
   return Status::Ok();
 }
