@@ -294,6 +294,16 @@ ByteSpan Container::data(const Section& section) const {
   return ByteSpan{bytes_.data() + section.offset, static_cast<size_t>(section.size)};
 }
 
+Status read_section_again(const OpenFile& file, const Section& section, const std::string& name, uint8_t* out) {
+  FOUNDRY_RETURN_IF_ERROR(file.read_at(section.offset, static_cast<size_t>(section.size), out, name));
+  uint64_t computed = hash64(out, static_cast<size_t>(section.size));
+  if (computed != section.checksum) {
+    return Error(FOUNDRY_ERR_MISMATCH, name + ": checksum mismatch (stored " + hex(section.checksum) + ", computed " +
+                                           hex(computed) + "): the file changed after it was opened");
+  }
+  return Status::Ok();
+}
+
 Result<ByteReader> Container::reader(uint32_t type) const {
   const Section* s = find(type);
   if (s == nullptr)

@@ -66,6 +66,12 @@ struct Section {
 
 // A validated container held in memory. Sections and readers point into its buffer: they stay
 // valid while this Container (or the one it is moved into) lives.
+// Reads `section` of a container's file again (Container::file(), at the section's offset) into
+// out (section.size bytes) and checks it against the checksum it had when the container was read:
+// FOUNDRY_ERR_MISMATCH naming `name` when the file changed since, FOUNDRY_ERR_IO when it is now
+// shorter than that or the read fails.
+Status read_section_again(const OpenFile& file, const Section& section, const std::string& name, uint8_t* out);
+
 class Container {
  public:
   Container() = default;

@@ -11,7 +11,6 @@
 
 #include "archive/bytes.h"
 #include "archive/container.h"
-#include "common/hash.h"
 #include "common/log.h"
 #include "common/parallel.h"
 #include "graph/serialize.h"
@@ -64,12 +63,6 @@ const Node* event_out_of_range(const GraphModel& g, uint32_t event_count) {
   for (const Node& n : g.nodes) if (!event_in_range(n, event_count)) return &n;
   for (const GraphModel& c : g.children) if (const Node* bad = event_out_of_range(c, event_count)) return bad;
   return nullptr;
-}
-
-std::string hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(v));
-  return buf;
 }
 
 // ---- the kernel cache-config table ----
@@ -328,7 +321,7 @@ Result<Payload> parse_payload(const Container& c, const std::string& path, Delta
     uint8_t* copy_to = copy ? p.pending_bytes.data() + room[i] : nullptr;
     PayloadMember& m = p.members[i];
     FOUNDRY_RETURN_IF_ERROR(parse_member(c.data(*members[i]), p, version, later, copy_to, path, i, &m));
-    m.section_offset = members[i]->offset, m.section_size = members[i]->size, m.section_checksum = members[i]->checksum;
+    m.section = *members[i];
     return Status::Ok();
   }));
   return p;
@@ -344,15 +337,10 @@ Status read_pending_delta(Payload* p, size_t i, const std::string& path) {
     r = ByteReader(p->pending_bytes.data() + m.pending_offset, m.pending_size);
   } else {
     // The member's whole section, as it was when its checksum was checked at open, or refused.
-    section.resize(static_cast<size_t>(m.section_size));
-    FOUNDRY_RETURN_IF_ERROR(p->pending_file->read_at(m.section_offset, section.size(), section.data(),
-                                                     graph_label(where, i, m.name)));
-    uint64_t computed = hash64(section.data(), section.size());
-    if (computed != m.section_checksum) {
-      return Error(FOUNDRY_ERR_MISMATCH, graph_label(where, i, m.name) + ": checksum mismatch (stored " +
-                                             hex(m.section_checksum) + ", computed " + hex(computed) +
-                                             "): the file changed after it was opened; the graph is refused");
-    }
+    section.resize(static_cast<size_t>(m.section.size));
+    Status again = read_section_again(*p->pending_file, m.section, graph_label(where, i, m.name), section.data());
+    if (again.code() == FOUNDRY_ERR_MISMATCH) return Error(again.code(), again.message() + "; the graph is refused");
+    FOUNDRY_RETURN_IF_ERROR(again);
     r = ByteReader(section.data() + m.pending_offset, m.pending_size);
   }
   FOUNDRY_RETURN_IF_ERROR(read_member_delta(r, *p, i, where, &m));

@@ -44,11 +44,11 @@ struct PayloadMember {
   std::vector<RegionRef> refs;
   // Left by parse_payload(DeltaRead::kLater): the delta's encoded bytes, pending_size bytes at
   // pending_offset of Payload::pending_bytes or, when Payload::pending_file is set, of this
-  // member's container section, which read_pending_delta reads again from the file (its bytes at
-  // section_offset) and checks against section_checksum, the checksum it matched at open.
+  // member's container section, which read_pending_delta reads again from the file and checks
+  // against the checksum it matched at open (read_section_again).
   bool delta_pending = false;
   size_t pending_offset = 0, pending_size = 0;
-  uint64_t section_offset = 0, section_size = 0, section_checksum = 0;
+  Section section;
 };
 
 // An allocator whose resize() leaves new elements default-initialised (for bytes: not written),

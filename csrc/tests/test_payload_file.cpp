@@ -299,7 +299,7 @@ TEST_CASE("a pending delta whose file was changed in place after open is refused
   int fd = ::open(path.c_str(), O_WRONLY);
   CHECK(fd >= 0);
   uint8_t flipped = 0xee;
-  CHECK(::pwrite(fd, &flipped, 1, static_cast<off_t>(m.section_offset + m.section_size - 1)) == 1);
+  CHECK(::pwrite(fd, &flipped, 1, static_cast<off_t>(m.section.offset + m.section.size - 1)) == 1);
   ::close(fd);
   Status s = read_pending_delta(&p, 1, path);
   CHECK(!s.ok() && s.code() == FOUNDRY_ERR_MISMATCH);
@@ -316,7 +316,7 @@ TEST_CASE("a pending delta whose file was truncated in place after open is an er
   CHECK(later.ok());
   if (!later.ok()) return;
   Payload& p = later.value();
-  CHECK(::truncate(path.c_str(), static_cast<off_t>(p.members[1].section_offset + 1)) == 0);
+  CHECK(::truncate(path.c_str(), static_cast<off_t>(p.members[1].section.offset + 1)) == 0);
   Status s = read_pending_delta(&p, 1, path);
   CHECK(!s.ok() && s.code() == FOUNDRY_ERR_IO);
   CHECK(s.message().find("truncated since") != std::string::npos);
