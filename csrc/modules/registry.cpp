@@ -440,8 +440,7 @@ Result<std::unique_ptr<ImageRecord>> Registry::read_and_load(const std::string& 
     // content against the name, so the image is the same and need not be read again (a restore
     // after the images were loaded ahead reads none of them twice).
     std::lock_guard<std::recursive_mutex> lock(mu_);
-    ImageRecord* before = archived_record(named);
-    if (before != nullptr && (lazy || before->loaded)) return std::unique_ptr<ImageRecord>();
+    if (done_before(named, lazy)) return std::unique_ptr<ImageRecord>();
   }
   auto file = read_image_file(path);
   if (!file.ok()) return file.status();
@@ -466,8 +465,7 @@ Result<std::unique_ptr<ImageRecord>> Registry::read_and_load(const std::string& 
   {
     // Read before: nothing to do, unless this eager read finds it read lazily and not loaded yet.
     std::lock_guard<std::recursive_mutex> lock(mu_);
-    ImageRecord* before = archived_record(r->hash);
-    if (before != nullptr && (lazy || before->loaded)) return std::unique_ptr<ImageRecord>();
+    if (done_before(r->hash, lazy)) return std::unique_ptr<ImageRecord>();
   }
   // Eager: the driver load runs outside the lock (a slow one must not hold up the process's own
   // loads on other threads); the record goes in only once loaded (commit).
@@ -489,6 +487,11 @@ bool Registry::commit(std::unique_ptr<ImageRecord> r, bool lazy) {
   records_.push_back(std::move(r));
   ++archived_count_;
   return true;
+}
+
+bool Registry::done_before(uint64_t hash, bool lazy) {
+  ImageRecord* before = archived_record(hash);
+  return before != nullptr && (lazy || before->loaded);
 }
 
 ImageRecord* Registry::archived_record(uint64_t hash) {

@@ -100,6 +100,9 @@ class Registry {
   // meanwhile (a loaded duplicate is unloaded again).
   bool commit(std::unique_ptr<ImageRecord> r, bool lazy);
   ImageRecord* archived_record(uint64_t hash);  // caller holds mu_
+  // An archived image of this hash was read (for a lazy read) or loaded before: nothing to do
+  // (caller holds mu_).
+  bool done_before(uint64_t hash, bool lazy);
   // How many threads load_dir reads (and loads) `files` image files on.
   static size_t image_threads(size_t files, bool lazy);
   static constexpr size_t kImagesPerThread = 16;
