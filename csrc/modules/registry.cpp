@@ -627,6 +627,7 @@ Result<uint64_t> Registry::load_dir(const std::string& dir, bool lazy) {
       }
       if (s.ok()) return;
       status[i] = s;
+      // first_failed = min(first_failed, i), against other threads failing at the same time.
       for (size_t at = first_failed.load(); i < at && !first_failed.compare_exchange_weak(at, i);) {
       }
     });
