@@ -10,6 +10,7 @@ the driver's, whatever Foundry does.
 
 Usage (a GPU machine):
   python scripts/instantiate_floor.py [--batch 64] [--count 256] [--reserve-gib 512]
+                                     [--pregrow-batch 256 | --pregrow-noop 256]
   foundry run -- python scripts/instantiate_floor.py --region [--batch 64] [--count 256]
 Prints one JSON object.
 """
@@ -73,6 +74,41 @@ def kept_alive_ms(graph: int, count: int, out: dict, key: str) -> None:
         check(cuda.cuGraphExecDestroy(e), "destroy")
 
 
+# A kernel that does nothing, with a parameter block the size of a typical decode kernel's.
+NOOP_PTX = b"""
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry foundry_noop(.param .align 8 .b8 p[%d]) { ret; }
+"""
+
+
+class KernelNodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS (v1, what cuGraphAddKernelNode takes)
+    _fields_ = [("func", ctypes.c_void_p)] + [(n, ctypes.c_uint) for n in (
+        "gridDimX", "gridDimY", "gridDimZ", "blockDimX", "blockDimY", "blockDimZ", "sharedMemBytes")] + [
+        ("kernelParams", ctypes.c_void_p), ("extra", ctypes.c_void_p)]
+
+
+def noop_graph(nodes: int, param_bytes: int) -> int:
+    """A chain of `nodes` kernel nodes of a no-op kernel: a graph that owes nothing to the model."""
+    module, func, graph = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    check(cuda.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(NOOP_PTX % param_bytes)), "cuModuleLoadData")
+    check(cuda.cuModuleGetFunction(ctypes.byref(func), module, b"foundry_noop"), "cuModuleGetFunction")
+    check(cuda.cuGraphCreate(ctypes.byref(graph), ctypes.c_uint(0)), "cuGraphCreate")
+    block = ctypes.create_string_buffer(param_bytes)
+    args = (ctypes.c_void_p * 1)(ctypes.cast(block, ctypes.c_void_p))
+    params = KernelNodeParams(func=func.value, gridDimX=1, gridDimY=1, gridDimZ=1, blockDimX=32, blockDimY=1,
+                              blockDimZ=1, sharedMemBytes=0, kernelParams=ctypes.cast(args, ctypes.c_void_p).value)
+    prev = ctypes.c_void_p()
+    for i in range(nodes):
+        node = ctypes.c_void_p()
+        deps, ndeps = (ctypes.byref(prev), 1) if i else (None, 0)
+        check(cuda.cuGraphAddKernelNode(ctypes.byref(node), graph, deps, ctypes.c_size_t(ndeps), ctypes.byref(params)),
+              "cuGraphAddKernelNode")
+        prev = node
+    return graph.value
+
+
 def reserve(gib: int) -> int:
     ptr = ctypes.c_uint64()
     check(cuda.cuMemAddressReserve(ctypes.byref(ptr), ctypes.c_size_t(gib << 30), ctypes.c_size_t(0),
@@ -89,6 +125,10 @@ def main() -> None:
     p.add_argument("--pregrow-batch", type=int, default=0,
                    help="first instantiate (and destroy) --count execs of this batch size's graph: does the "
                         "memory the driver keeps from another graph's execs make these instantiations cheap?")
+    p.add_argument("--pregrow-noop", type=int, default=0, metavar="PARAM_BYTES",
+                   help="first instantiate (and destroy) --count execs of a chain of no-op kernel nodes, as "
+                        "many as the decode graph has, each with a parameter block of this size: can a "
+                        "graph that owes nothing to the model grow the driver's memory ahead?")
     args = p.parse_args()
     torch.cuda.init()
     if args.region:
@@ -119,6 +159,10 @@ def main() -> None:
         out["pregrow_s"] = round(time.perf_counter() - t, 3)
     nodes = ctypes.c_size_t()
     check(cuda.cuGraphGetNodes(ctypes.c_void_p(graph), None, ctypes.byref(nodes)), "cuGraphGetNodes")
+    if args.pregrow_noop:
+        t = time.perf_counter()
+        kept_alive_ms(noop_graph(nodes.value, args.pregrow_noop), args.count, out, f"pregrow_noop{args.pregrow_noop}")
+        out["pregrow_s"] = round(time.perf_counter() - t, 3)
     out.update({"batch": args.batch, "nodes": nodes.value, "region": args.region})
     kept_alive_ms(graph, args.count, out, "kept_alive")  # first: the driver's memory as left by the pregrow
     out["destroyed_at_once_ms"] = destroyed_at_once_ms(graph, 32)
