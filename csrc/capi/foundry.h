@@ -225,6 +225,13 @@ FOUNDRY_API foundry_status foundry_graphset_launch(void* set, uint64_t index, ui
 FOUNDRY_API foundry_status foundry_graphset_template(void* set, uint64_t index, uint64_t* graph);
 FOUNDRY_API void foundry_graphset_free(void* set);
 
+/* LOAD, ahead of the restore: instantiates and destroys a stand-in exec (a chain of no-op kernel
+ * nodes) as large as each graph of the payload, so that the driver holds the device memory the
+ * restore's execs will need (see csrc/graph/exec_warmup.h). Needs no loaded image and no region;
+ * any out pointer may be NULL. */
+FOUNDRY_API foundry_status foundry_exec_memory_warm(const char* payload_path, uint64_t* execs, uint64_t* nodes,
+                                                    double* seconds);
+
 /* ---- inspection ---------------------------------------------------------------------------- */
 
 /* Pure file readers for the inspection tools (no driver). Strings returned through char** are

@@ -17,6 +17,11 @@ same problem itself, where the session's fallback policy handles it. The session
 at the restore, at a fallback or at its end, whichever comes first. Not started for lazy
 instantiation (which loads an image only when a graph needs it). ``FOUNDRY_IMAGES_AHEAD=0`` turns
 this off (the restore loads the images, as before).
+
+With ``FOUNDRY_EXEC_WARMUP=1`` the thread then grows the driver's device memory for graph execs
+(:mod:`foundry_core.exec_memory`): the share of the restore's instantiation that is the driver
+obtaining memory for each live exec. A failure there only costs that time back: it is logged, and
+the restore instantiates as it would have.
 """
 
 from __future__ import annotations
@@ -29,18 +34,23 @@ from collections.abc import Callable
 logger = logging.getLogger("foundry")
 
 IMAGES_AHEAD_ENV = "FOUNDRY_IMAGES_AHEAD"
+EXEC_WARMUP_ENV = "FOUNDRY_EXEC_WARMUP"
 
 
 class ImagesAhead:
-    """One thread that runs ``bind()`` (makes the engine's CUDA device current there) and then
-    ``load()`` (hands the images to the driver); :meth:`wait` joins it."""
+    """One thread that runs ``bind()`` (makes the engine's CUDA device current there), ``load()``
+    (hands the images to the driver) and then, when given and the load went well, ``then()``
+    (optional work that needs the images or only the context); :meth:`wait` joins it."""
 
-    def __init__(self, load: Callable[[], object], bind: Callable[[], None]) -> None:
+    def __init__(self, load: Callable[[], object], bind: Callable[[], None],
+                 then: Callable[[], object] | None = None) -> None:
         self._load = load
         self._bind = bind
+        self._then = then
         self._thread = threading.Thread(target=self._run, name="foundry-images-ahead", daemon=True)
         self.seconds: float | None = None  # how long the load took on the thread, once done
         self.error: BaseException | None = None
+        self.then_error: BaseException | None = None
 
     def start(self) -> ImagesAhead:
         self._thread.start()
@@ -54,6 +64,11 @@ class ImagesAhead:
         except BaseException as exc:  # noqa: BLE001 - kept for wait(); the restore meets it again
             self.error = exc
         self.seconds = time.perf_counter() - start
+        if self.error is None and self._then is not None:
+            try:
+                self._then()
+            except BaseException as exc:  # noqa: BLE001 - kept for wait(); only an optimisation is lost
+                self.then_error = exc
 
     def wait(self) -> float:
         """Joins the thread; returns the seconds this call waited. Logs how the load went."""
@@ -66,4 +81,7 @@ class ImagesAhead:
         else:
             logger.info("foundry: kernel images loaded ahead on a thread in %.2f s (the restore waited %.2f s)",
                         self.seconds or 0.0, waited)
+        if self.then_error is not None:
+            logger.warning("foundry: the work after loading the images ahead failed (%s: %s); the restore goes on "
+                           "without it", type(self.then_error).__name__, self.then_error)
         return waited

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from foundry_core import graphs as graph_io
-from foundry_core import images
+from foundry_core import exec_memory, images
 from foundry_core.doctor import DEFAULT_REGION_BASE
 from foundry_core.engine.fingerprint import ParallelConfig, describe_mismatch, engine_fields, engine_fingerprint
 from foundry_core.engine.images_ahead import ImagesAhead
@@ -348,23 +348,31 @@ class EngineSession:
         logger.info("foundry: rank %d restored %d graphs from %s", self.rank, len(restored), self.rank_dir)
         return restored
 
-    def load_images_ahead(self, bind: Callable[[], None]) -> None:
+    def load_images_ahead(self, bind: Callable[[], None], warm_execs: bool = False) -> None:
         """LOAD: starts handing this rank's kernel images to the driver on a thread
         (:mod:`foundry_core.engine.images_ahead`); :meth:`load` waits for it. ``bind`` makes the
-        engine's CUDA device current on that thread. Does nothing in another mode or when a
-        thread was started before."""
+        engine's CUDA device current on that thread. ``warm_execs``: the thread then also grows
+        the driver's memory for the graphs' execs (:mod:`foundry_core.exec_memory`). Does nothing
+        in another mode or when a thread was started before."""
         if self.mode is not Mode.LOAD or self._images_ahead is not None or self._images_ahead_started:
             return
         self._images_ahead_started = True
         assert self.rank_dir is not None
         directory, fingerprint = self.rank_dir, self.fingerprint
+        payload: list[Path] = []
 
         def load() -> None:
             # Only the images of an archive made for this machine: the restore checks it again.
-            graph_io.open_archive(directory, fingerprint=fingerprint)
+            manifest_path, manifest = graph_io.open_archive(directory, fingerprint=fingerprint)
+            payload.append(manifest_path.parent / manifest["payload"])
             images.load_cuda_modules_and_libraries(directory)
 
-        self._images_ahead = ImagesAhead(load, bind).start()
+        def warm() -> None:
+            w = exec_memory.warm(payload[0])
+            logger.info("foundry: driver memory for %d graph execs (%d nodes) grown ahead on a thread in %.2f s",
+                        w.execs, w.nodes, w.seconds)
+
+        self._images_ahead = ImagesAhead(load, bind, then=warm if warm_execs else None).start()
 
     def save(self, graphs: Mapping[str, tuple[Any, Any]]) -> graph_io.SaveReport | None:
         """Writes this rank's archive: ``graphs`` (``{name: (graph, outputs)}``), the fingerprint,

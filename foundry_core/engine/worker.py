@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 from foundry_core.engine import options
-from foundry_core.engine.images_ahead import IMAGES_AHEAD_ENV
+from foundry_core.engine.images_ahead import EXEC_WARMUP_ENV, IMAGES_AHEAD_ENV
 from foundry_core.engine.mode import Mode, resolve_settings
 from foundry_core.engine.plugin_manager import get_plugin_manager
 from foundry_core.engine.session import EngineSession, RegionRuntime
@@ -231,7 +231,7 @@ class WorkerRuntime:
             except FoundryError as exc:
                 self.logger.debug("foundry: kernel images not loaded ahead: %s", exc)
                 return
-            self.session.load_images_ahead(bind)
+            self.session.load_images_ahead(bind, warm_execs=options.env_flag(EXEC_WARMUP_ENV, default=False))
 
     def lazy_instantiation(self) -> bool:
         """Whether LOAD instantiates each graph at its first replay (then its images load only

@@ -69,6 +69,27 @@ def test_64_batch_sizes_share_templates_and_restore_identically(batches, mode, p
     assert loaded["digests"] == saved["digests"]
 
 
+def test_exec_memory_grown_ahead_is_what_the_restore_then_uses(batches, program):
+    """The warm-up's stand-ins leave the driver holding device memory, and the restore's execs take
+    that memory instead of new memory: the premise of growing it on a thread during an engine's
+    weight loading (foundry_core.exec_memory)."""
+    archive, saved = batches
+    plain = program("batch_probe", "load", str(archive), "64", "eager")
+    warmed = program("batch_probe", "load", str(archive), "64", "eager", "warm")
+    held = warmed["free"]["start"] - warmed["free"]["warmed"]  # kept by the driver after the stand-ins
+    restore_plain = plain["free"]["warmed"] - plain["free"]["restored"]
+    restore_warmed = warmed["free"]["warmed"] - warmed["free"]["restored"]
+    mib = 2 ** 20
+    print(f"\nwarm-up: {warmed['warm']}, driver holds {held / mib:.1f} MiB after it; the restore took "
+          f"{restore_plain / mib:.1f} MiB without it, {restore_warmed / mib:.1f} MiB with it; instantiate "
+          f"{plain['times']['instantiate_s']:.3f} s without, {warmed['times']['instantiate_s']:.3f} s with")
+    assert warmed["warm"]["execs"] == saved["graphs"] and warmed["warm"]["nodes"] == saved["nodes"]
+    assert plain["warm"] is None
+    assert held > 0, "the driver gave the stand-ins' memory back: nothing was grown ahead"
+    assert restore_plain - restore_warmed >= held // 2, "the restore did not use the memory grown ahead"
+    assert warmed["digests"] == saved["digests"]
+
+
 def test_child_graph_nodes_restore(program, tmp_path):
     env = dict(os.environ, FOUNDRY_TEST_TMP=str(tmp_path))
     assert program("graph_probe", "child", "save", str(tmp_path), env=env)["saved"]

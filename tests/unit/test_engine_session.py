@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -443,6 +444,62 @@ def test_a_fallback_or_the_end_before_the_restore_joins_the_images_thread(archiv
     assert any("kernel images loaded ahead" in r.getMessage() for r in caplog.records)
     session.load_images_ahead(lambda: None)  # not again
     assert len(io.images_loaded) == 1 and io.loaded == []
+
+
+@pytest.fixture
+def warmups(monkeypatch):
+    """foundry_core.exec_memory.warm replaced: records (payload, thread) per call; raises
+    ``warmups.error`` when set."""
+    import foundry_core.exec_memory as exec_memory
+
+    class Calls(list):
+        error: Exception | None = None
+
+    calls = Calls()
+
+    def warm(payload):
+        calls.append((Path(payload), threading.current_thread().name))
+        if calls.error is not None:
+            raise calls.error
+        return exec_memory.ExecWarmup(execs=3, nodes=1500, seconds=0.01)
+
+    monkeypatch.setattr(exec_memory, "warm", warm)
+    return calls
+
+
+def test_exec_memory_is_grown_on_the_thread_after_the_images(archive, io, warmups, caplog):
+    session = start_load(archive)
+    with caplog.at_level(logging.INFO, logger="foundry"):  # the thread logs as soon as it is done
+        session.load_images_ahead(lambda: None, warm_execs=True)
+        assert session.load() is not None
+    assert io.images_loaded == [(rank_dir(archive, 0), "foundry-images-ahead")]
+    assert warmups == [(rank_dir(archive, 0) / "graphs.fgr", "foundry-images-ahead")]  # the manifest's payload
+    assert any("driver memory for 3 graph execs (1500 nodes) grown ahead" in r.getMessage() for r in caplog.records)
+
+
+def test_exec_memory_is_grown_only_when_asked_and_only_after_images_loaded(archive, io, warmups):
+    session = start_load(archive)
+    session.load_images_ahead(lambda: None)  # the default: no warm-up
+    assert session.load() is not None and warmups == []
+    session, _ = make(archive)  # a second LOAD start from the same archive
+    session.begin()
+    session.determinism_boundary()
+    io.images_error = FormatError("images/0123.img: checksum mismatch")
+    session.load_images_ahead(lambda: None, warm_execs=True)
+    assert session.load() is not None and warmups == []  # the restore meets the image problem itself
+
+
+def test_a_failed_warm_up_costs_only_its_time(archive, io, warmups, caplog):
+    session = start_load(archive)
+    warmups.error = CudaError("cuGraphInstantiate (stand-in) failed: CUDA_ERROR_OUT_OF_MEMORY")
+    with caplog.at_level(logging.INFO, logger="foundry"):
+        session.load_images_ahead(lambda: None, warm_execs=True)
+        assert session.load() is not None  # restored as without the warm-up
+    assert session.mode is Mode.LOAD and session.fallback_reason is None
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("kernel images loaded ahead on a thread" in m for m in messages)
+    assert any("the work after loading the images ahead failed (CudaError: cuGraphInstantiate (stand-in)" in m
+               for m in messages)
 
 
 def test_no_images_ahead_outside_load(archive, io):

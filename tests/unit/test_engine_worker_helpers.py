@@ -80,8 +80,8 @@ class FakeSession:
         if self.off_at_boundary:
             self.mode = Mode.OFF
 
-    def load_images_ahead(self, bind: Any) -> None:
-        self.log.append("images_ahead")
+    def load_images_ahead(self, bind: Any, warm_execs: bool = False) -> None:
+        self.log.append("images_ahead+warm" if warm_execs else "images_ahead")
 
     def end(self) -> None:
         self.log.append("end")
@@ -250,6 +250,10 @@ def test_boundary_starts_loading_the_images_ahead_in_load_mode_only(monkeypatch)
         rt, log = make_runtime(mode)
         rt.boundary()
         assert log == expected
+    monkeypatch.setenv("FOUNDRY_EXEC_WARMUP", "1")  # read here, on the engine's thread
+    rt, log = make_runtime(Mode.LOAD)
+    rt.boundary()
+    assert log == ["boundary", "images_ahead+warm"]
     monkeypatch.setenv("FOUNDRY_IMAGES_AHEAD", "0")
     rt, log = make_runtime(Mode.LOAD)
     rt.boundary()

@@ -699,7 +699,7 @@ class FakeSession:
     def determinism_boundary(self):
         self.log.append("boundary")
 
-    def load_images_ahead(self, bind):
+    def load_images_ahead(self, bind, warm_execs=False):
         self.log.append("images_ahead")
 
     def recorded_state(self):

@@ -1,6 +1,10 @@
 """Decode graphs of the built-in model for many batch sizes: SAVE in one process, LOAD in another.
 
-Usage: batch_probe.py save DIR N | load DIR N MODE
+Usage: batch_probe.py save DIR N | load DIR N MODE [warm]
+
+With ``warm`` the LOAD first grows the driver's exec memory (foundry_core.exec_memory.warm), as an
+engine's start does on a thread while it loads weights; either way the device memory free before
+and after each step is reported.
 """
 
 from __future__ import annotations
@@ -63,15 +67,21 @@ def save(directory: str, n: int) -> dict:
             "digests": replay_all(graphs, {b: list(o) for b, o in outputs.items()}, runner, sizes)}
 
 
-def load(directory: str, n: int, mode: str) -> dict:
+def load(directory: str, n: int, mode: str, warm: bool = False) -> dict:
+    from foundry_core import exec_memory
+
     torch.cuda.init()
     fdry.load_cuda_modules_and_libraries(directory)
     fdry.set_allocation_region(REGION_BASE, REGION_SIZE)
     runner = DecodeRunner(CFG)
     torch.cuda.synchronize()
+    free = {"start": torch.cuda.mem_get_info()[0]}
+    warmed = exec_memory.warm(f"{directory}/graphs.fgr") if warm else None
+    free["warmed"] = torch.cuda.mem_get_info()[0]
     start = time.perf_counter()
     archive = fdry.load_graphs(directory, mode=mode, threads=8)
     ready_s = time.perf_counter() - start
+    free["restored"] = torch.cuda.mem_get_info()[0]
     first = archive.get(f"bs{n}")
     first.replay()
     torch.cuda.synchronize()
@@ -83,11 +93,12 @@ def load(directory: str, n: int, mode: str) -> dict:
     t = archive.times
     return {"ready_s": ready_s, "first_replay_s": first_replay_s, "groups": archive.groups,
             "times": {k: getattr(t, k) for k in ("images_s", "read_s", "claim_s", "build_s", "instantiate_s", "outputs_s")},
-            "mapped_blocks": t.mapped_blocks, "existing_blocks": t.existing_blocks, "digests": digests}
+            "mapped_blocks": t.mapped_blocks, "existing_blocks": t.existing_blocks, "digests": digests, "free": free,
+            "warm": None if warmed is None else {"execs": warmed.execs, "nodes": warmed.nodes, "seconds": warmed.seconds}}
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "save":
         emit(save(sys.argv[2], int(sys.argv[3])))
     else:
-        emit(load(sys.argv[2], int(sys.argv[3]), sys.argv[4]))
+        emit(load(sys.argv[2], int(sys.argv[3]), sys.argv[4], warm=sys.argv[5:] == ["warm"]))
