@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import enum
 import importlib
+import logging
 import os
 import sys
 import types
@@ -41,7 +42,9 @@ PLUGIN = Plugin(register_mod, runtime, patching, worker_patches, capture_patches
 FOUNDRY_ENV = ("FOUNDRY_ARCHIVE", "FOUNDRY_MODE", "FOUNDRY_STRICT", "FOUNDRY_FALLBACK", "FOUNDRY_VLLM_JIT_WARMUP",
                "FOUNDRY_VLLM_CHECK_METADATA", "FOUNDRY_VLLM_INSTANTIATE", "FOUNDRY_VLLM_DP_SIZE",
                "FOUNDRY_VLLM_DP_SIZE_LOCAL", "FOUNDRY_VLLM_DP_BACKEND", "LD_PRELOAD",
-               "VLLM_WORKER_MULTIPROC_METHOD", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "VLLM_ENABLE_V1_MULTIPROCESSING")
+               "VLLM_WORKER_MULTIPROC_METHOD", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "VLLM_ENABLE_V1_MULTIPROCESSING",
+               "VLLM_USE_MEGA_AOT_ARTIFACT", "VLLM_USE_STANDALONE_COMPILE", "VLLM_DISABLE_COMPILE_CACHE",
+               "VLLM_USE_AOT_COMPILE")
 
 
 @pytest.fixture(autouse=True)
@@ -306,6 +309,41 @@ def test_register_from_environment_prepares_children_once(fake_vllm, recorded_ac
     assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
     assert os.environ["FOUNDRY_STRICT"] == "1"
     assert os.environ["FOUNDRY_ARCHIVE"] == str(tmp_path) and os.environ["FOUNDRY_MODE"] == "auto"
+
+
+@pytest.mark.parametrize("torch_version,env,expected", [
+    ("2.11.0+cu130", {}, "1"),
+    ("2.10.1", {}, "1"),
+    ("2.9.1+cu128", {}, None),  # vLLM's standalone compile has no whole artifact before 2.10
+    ("2.11.0", {"VLLM_USE_MEGA_AOT_ARTIFACT": "0"}, "0"),  # the user's choice stays
+    ("2.11.0", {"VLLM_USE_STANDALONE_COMPILE": "0"}, None),  # vLLM requires the two together
+    ("2.11.0", {"VLLM_DISABLE_COMPILE_CACHE": "1"}, None),
+    ("2.11.0", {"VLLM_USE_AOT_COMPILE": "0"}, None),
+    (None, {}, None),  # no torch installed: nothing to decide
+])
+def test_foundry_mode_loads_the_compiled_model_whole(fake_vllm, recorded_activation, monkeypatch, tmp_path, caplog,
+                                                     torch_version, env, expected):
+    from vllm_foundry import compile_artifact
+
+    monkeypatch.setattr(register_mod, "prepare_child_environment", fake_child_env)
+    monkeypatch.setattr(compile_artifact, "installed_torch_version", lambda: torch_version)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    with caplog.at_level(logging.INFO, logger="foundry"):
+        register_mod.register()
+        register_mod.activate(register_mod.resolve_settings())  # again: logged once, set once
+    assert os.environ.get("VLLM_USE_MEGA_AOT_ARTIFACT") == expected
+    said = [r for r in caplog.records if "VLLM_USE_MEGA_AOT_ARTIFACT=1" in r.getMessage()]
+    assert len(said) == (1 if expected == "1" and "VLLM_USE_MEGA_AOT_ARTIFACT" not in env else 0)
+
+
+def test_foundry_off_leaves_vllms_compile_settings(fake_vllm, recorded_activation, monkeypatch):
+    from vllm_foundry import compile_artifact
+
+    monkeypatch.setattr(compile_artifact, "installed_torch_version", lambda: "2.11.0")
+    register_mod.register()  # no archive: Foundry is off
+    assert "VLLM_USE_MEGA_AOT_ARTIFACT" not in os.environ
 
 
 def test_a_preloaded_first_process_keeps_fork(fake_vllm, recorded_activation, monkeypatch, tmp_path):

@@ -29,7 +29,7 @@ from foundry_core.engine.environment import STRICT_ENV, plugin_child_environment
 from foundry_core.engine.logs import LOG_ENV, setup_logging
 from foundry_core.engine.registration import PluginRegistration
 
-from vllm_foundry import capture_patches, cli, modes, worker_patches
+from vllm_foundry import capture_patches, cli, compile_artifact, modes, worker_patches
 
 logger = logging.getLogger("foundry.vllm")
 
@@ -51,6 +51,10 @@ def child_environment(settings: Settings) -> dict[str, str]:
     """This process's environment as vLLM's children must inherit it."""
     env = plugin_child_environment(settings, plugin="vllm-foundry", off_hint=modes.OFF_HINT,
                                    prepare=prepare_child_environment)
+    if compile_artifact.whole_artifact_wanted(env, compile_artifact.installed_torch_version()):
+        logger.info("foundry: %s=1 (vLLM loads its compiled model whole at LOAD; set it to 0 to keep vLLM's default)",
+                    compile_artifact.MEGA_AOT_ENV)
+        env[compile_artifact.MEGA_AOT_ENV] = "1"
     method = env.get(MP_METHOD_ENV)
     if preload_active():
         # Started under the preload (`foundry run -- vllm ...`): a forked child is a copy of this

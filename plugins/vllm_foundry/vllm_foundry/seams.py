@@ -43,6 +43,8 @@ SEAMS: tuple[Seam, ...] = (
          purpose="calls register() once per process"),
     Seam("env.mp_method", "vllm.envs", "VLLM_WORKER_MULTIPROC_METHOD", "env",
          purpose="register() sets it to spawn so children exec with LD_PRELOAD"),
+    Seam("env.mega_aot_artifact", "vllm.envs", "VLLM_USE_MEGA_AOT_ARTIFACT", "env",
+         purpose="set to 1 in Foundry mode unless the user set it: LOAD loads the compiled model whole"),
     # ---- tensor parallel -------------------------------------------------------------------
     Seam("env.symm_mem_all_reduce", "vllm.envs", "VLLM_ALLREDUCE_USE_SYMM_MEM", "env",
          purpose="set to 0 for tensor parallel: symmetric-memory all-reduce bakes peers' mappings into graphs"),
