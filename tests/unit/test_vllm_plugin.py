@@ -44,7 +44,7 @@ FOUNDRY_ENV = ("FOUNDRY_ARCHIVE", "FOUNDRY_MODE", "FOUNDRY_STRICT", "FOUNDRY_FAL
                "FOUNDRY_VLLM_DP_SIZE_LOCAL", "FOUNDRY_VLLM_DP_BACKEND", "LD_PRELOAD",
                "VLLM_WORKER_MULTIPROC_METHOD", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "VLLM_ENABLE_V1_MULTIPROCESSING",
                "VLLM_USE_MEGA_AOT_ARTIFACT", "VLLM_USE_STANDALONE_COMPILE", "VLLM_DISABLE_COMPILE_CACHE",
-               "VLLM_USE_AOT_COMPILE")
+               "VLLM_USE_AOT_COMPILE", "FOUNDRY_VLLM_PIECEWISE")
 
 
 @pytest.fixture(autouse=True)
@@ -319,6 +319,7 @@ def test_register_from_environment_prepares_children_once(fake_vllm, recorded_ac
     ("2.11.0", {"VLLM_USE_STANDALONE_COMPILE": "0"}, None),  # vLLM requires the two together
     ("2.11.0", {"VLLM_DISABLE_COMPILE_CACHE": "1"}, None),
     ("2.11.0", {"VLLM_USE_AOT_COMPILE": "0"}, None),
+    ("2.11.0", {"FOUNDRY_VLLM_PIECEWISE": "1"}, None),  # pieces have not run with it
     (None, {}, None),  # no torch installed: nothing to decide
 ])
 def test_foundry_mode_loads_the_compiled_model_whole(fake_vllm, recorded_activation, monkeypatch, tmp_path, caplog,

@@ -9,7 +9,8 @@ vLLM turns it on by default from torch 2.12. In Foundry mode the plugin turns it
 supports it (torch 2.10 or newer, vLLM's AOT compile and its compile cache on, standalone compile
 on, which vLLM requires with it) and the user has not set the variable: set
 ``VLLM_USE_MEGA_AOT_ARTIFACT=0`` to keep vLLM's default. The variable is part of vLLM's compile
-cache key, so the first Foundry start compiles once more, as for any such setting.
+cache key, so the first Foundry start compiles once more, as for any such setting. Not with the
+experimental piecewise path (``FOUNDRY_VLLM_PIECEWISE=1``), which has not run with it.
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ def _release(version: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def whole_artifact_wanted(env: Mapping[str, str], torch_version: str | None) -> bool:
-    """Whether Foundry should set ``VLLM_USE_MEGA_AOT_ARTIFACT=1`` in ``env`` (see the module)."""
-    if MEGA_AOT_ENV in env:
-        return False  # the user's choice, either way
+def whole_artifact_wanted(env: Mapping[str, str], torch_version: str | None, pieces: bool = False) -> bool:
+    """Whether Foundry should set ``VLLM_USE_MEGA_AOT_ARTIFACT=1`` in ``env`` (see the module);
+    ``pieces``: the piecewise path is on."""
+    if MEGA_AOT_ENV in env or pieces:
+        return False  # the user's choice, either way; pieces have not run with it
     if env.get("VLLM_USE_STANDALONE_COMPILE", "1").strip() != "1":
         return False  # vLLM refuses the whole artifact without standalone compile
     if env.get("VLLM_DISABLE_COMPILE_CACHE", "0").strip() not in ("", "0"):

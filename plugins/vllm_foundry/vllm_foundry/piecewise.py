@@ -1,5 +1,6 @@
 """Piecewise CUDA graphs (``FULL_AND_PIECEWISE``, ``PIECEWISE``): experimental, opt-in with
-``FOUNDRY_VLLM_PIECEWISE=1``; run on a GPU with a small model only (docs/vllm-piecewise.md).
+``FOUNDRY_VLLM_PIECEWISE=1``; run on a GPU with a small model and with Qwen3-8B shapes
+(docs/vllm-piecewise.md).
 
 vLLM's V2 runner captures one graph per compiled piece (a ``CUDAGraphWrapper`` around each
 ``PiecewiseBackend``) and per ``PIECEWISE`` batch descriptor, inside the same
