@@ -29,7 +29,7 @@ class LoadTimes(ctypes.Structure):
     _fields_ = [
         ("read_s", ctypes.c_double), ("claim_s", ctypes.c_double), ("build_s", ctypes.c_double),
         ("instantiate_s", ctypes.c_double), ("mapped_blocks", c_uint64), ("existing_blocks", c_uint64),
-        ("update_s", ctypes.c_double),
+        ("update_s", ctypes.c_double), ("nccl_events", c_uint64),
     ]
 
 

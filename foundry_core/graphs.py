@@ -297,6 +297,7 @@ class LoadTimes:
     outputs_s: float = 0.0
     mapped_blocks: int = 0
     existing_blocks: int = 0
+    nccl_events: int = 0  # archived events that are now the live NCCL's serial event (docs/multi-gpu.md)
     extra: dict = field(default_factory=dict)
 
 
@@ -305,7 +306,8 @@ def _native_times(handle: ctypes.c_void_p) -> LoadTimes:
     native = _native.LoadTimes()
     _native.call("foundry_graphset_info", handle, None, None, ctypes.byref(native))
     return LoadTimes(read_s=native.read_s, claim_s=native.claim_s, build_s=native.build_s, update_s=native.update_s,
-                     mapped_blocks=native.mapped_blocks, existing_blocks=native.existing_blocks)
+                     mapped_blocks=native.mapped_blocks, existing_blocks=native.existing_blocks,
+                     nccl_events=native.nccl_events)
 
 
 def payload_graph_names(handle: ctypes.c_void_p, count: int) -> list[str]:
@@ -470,6 +472,7 @@ def load_graphs(path: str | os.PathLike, mode: str = "eager", threads: int = 4,
     native = _native_times(handle)
     times.read_s, times.claim_s, times.build_s = native.read_s, native.claim_s, native.build_s
     times.mapped_blocks, times.existing_blocks = native.mapped_blocks, native.existing_blocks
+    times.nccl_events = native.nccl_events
     archive = GraphArchive(manifest_path, manifest, handle, times)
     if mode in ("eager", "parallel"):
         elapsed = archive.instantiate_all(1 if mode == "eager" else threads)

@@ -77,6 +77,7 @@ foundry_status foundry_graphset_info(void* set, uint64_t* count, uint64_t* templ
     times->read_s = t.read_s, times->claim_s = t.claim_s, times->build_s = t.build_s;
     times->instantiate_s = t.instantiate_s, times->mapped_blocks = t.mapped_blocks, times->existing_blocks = t.existing_blocks;
     times->update_s = t.update_s;
+    times->nccl_events = t.nccl_events;
   }
   return FOUNDRY_OK;
 }

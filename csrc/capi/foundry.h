@@ -206,6 +206,7 @@ typedef struct foundry_load_times {
   uint64_t mapped_blocks;
   uint64_t existing_blocks;
   double update_s;      /* writing graphs' deltas into template CUgraphs, summed over threads */
+  uint64_t nccl_events; /* archived events bound to the live NCCL's serial event (docs/multi-gpu.md) */
 } foundry_load_times;
 
 /* LOAD: open a payload (images must be loaded first), instantiate and launch its graphs.

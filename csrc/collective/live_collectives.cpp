@@ -60,10 +60,19 @@ Status LiveCollectives::capture(const std::vector<CollectiveCall>& calls, Launch
   FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphGetNodes(graph, nullptr, &n), "cuGraphGetNodes"));
   std::vector<CUgraphNode> nodes(n);
   if (n) FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuGraphGetNodes(graph, nodes.data(), &n), "cuGraphGetNodes"));
+  bool one_event = true;
   for (CUgraphNode node : nodes) {
     CUgraphNodeType t;
-    if (d->cuGraphNodeGetType(node, &t) == CUDA_SUCCESS && t == CU_GRAPH_NODE_TYPE_KERNEL) out->kernels.push_back(node);
+    if (d->cuGraphNodeGetType(node, &t) != CUDA_SUCCESS) continue;
+    if (t == CU_GRAPH_NODE_TYPE_KERNEL) out->kernels.push_back(node);
+    CUevent e = nullptr;
+    if (t == CU_GRAPH_NODE_TYPE_EVENT_RECORD) d->cuGraphEventRecordNodeGetEvent(node, &e);
+    if (t == CU_GRAPH_NODE_TYPE_WAIT_EVENT) d->cuGraphEventWaitNodeGetEvent(node, &e);
+    if (e == nullptr) continue;
+    one_event = one_event && (out->serial == nullptr || out->serial == e);
+    out->serial = e;
   }
+  if (!one_event) out->serial = nullptr;
   return Status::Ok();
 }
 
@@ -72,7 +81,7 @@ Result<CUgraphNode> LiveCollectives::kernel(const CollectiveNode& node) {
   return kernel_locked(node);
 }
 
-Result<CUgraphNode> LiveCollectives::kernel_locked(const CollectiveNode& node) {
+Result<const LiveCollectives::Launch*> LiveCollectives::launch_locked(const CollectiveNode& node) {
   const Driver* d = driver_if_open();
   if (d == nullptr) return Error(FOUNDRY_ERR_NO_DRIVER, "the CUDA driver is not open");
   std::vector<uint64_t> key = key_of(node.calls);
@@ -86,7 +95,21 @@ Result<CUgraphNode> LiveCollectives::kernel_locked(const CollectiveNode& node) {
     }
     it = launches_.emplace(std::move(key), std::move(launch)).first;
   }
-  const Launch& launch = it->second;
+  return &it->second;
+}
+
+Result<CUevent> LiveCollectives::serial_event(const CollectiveNode& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto launch = launch_locked(node);
+  if (!launch.ok()) return launch.status();
+  return launch.value()->serial;
+}
+
+Result<CUgraphNode> LiveCollectives::kernel_locked(const CollectiveNode& node) {
+  const Driver* d = driver_if_open();
+  auto found = launch_locked(node);
+  if (!found.ok()) return found.status();
+  const Launch& launch = *found.value();
   std::string what = std::string("NCCL ") + nccl::op_name(node.calls.front().op) + " of " +
                      std::to_string(node.calls.front().count) + " elements";
   if (node.kernel >= launch.kernels.size()) {

@@ -31,15 +31,21 @@ class LiveCollectives {
   Status add(const CollectiveNode& node, CUgraph graph, CUgraphNode* out);
   // Gives `dst` (a kernel node of a graph being restored) the live node's parameters and attributes.
   Status apply(const CollectiveNode& node, CUgraphNode dst);
+  // The event NCCL brackets node's live launch with (its graph-mixing serial event,
+  // collective/serial_events.h), owned by NCCL; nullptr when NCCL put no event node around it
+  // (graph mixing off) or more than one event.
+  Result<CUevent> serial_event(const CollectiveNode& node);
   size_t launches() const { return launches_.size(); }
 
  private:
   struct Launch {
     CUgraph graph = nullptr;
     std::vector<CUgraphNode> kernels;
+    CUevent serial = nullptr;
   };
   Status capture(const std::vector<CollectiveCall>& calls, Launch* out);
   Result<CUgraphNode> kernel_locked(const CollectiveNode& node);  // caller holds mu_
+  Result<const Launch*> launch_locked(const CollectiveNode& node);  // made on first use; caller holds mu_
   // The live kernel node for `node` and its parameters (valid while the node lives); caller holds mu_.
   Status live_params(const CollectiveNode& node, CUgraphNode* live, CUDA_KERNEL_NODE_PARAMS* p);
 

@@ -1,12 +1,14 @@
 #include "graph/graph_set.h"
 
 #include <algorithm>
+#include <cinttypes>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <set>
 #include <string_view>
 
+#include "collective/serial_events.h"
 #include "common/log.h"
 #include "driver/driver.h"
 #include "graph/builder.h"
@@ -75,10 +77,12 @@ Status GraphSet::prepare() {
     CUevent e;
     FOUNDRY_RETURN_IF_ERROR(cuda_check(d->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
     events_.push_back(e);
+    own_events_.push_back(true);
   }
   for (size_t t = 0; t < payload_.templates.size(); ++t) templates_.push_back(std::make_unique<Template>());
   for (size_t i = 0; i < payload_.members.size(); ++i) members_.push_back(std::make_unique<Member>());
   FOUNDRY_RETURN_IF_ERROR(prepare_collectives());
+  FOUNDRY_RETURN_IF_ERROR(bind_nccl_events());
   times_.build_s = seconds_since(t0);
   return Status::Ok();
 }
@@ -97,6 +101,38 @@ Status GraphSet::prepare_collectives() {
     if (!k.ok()) return k.status();
   }
   LOG_INFO("%zu NCCL launches made again by the live NCCL for %zu collective nodes", collectives_->launches(), found.size());
+  return Status::Ok();
+}
+
+Status GraphSet::bind_nccl_events() {
+  if (!collectives_) return Status::Ok();
+  const Driver* d = driver_if_open();
+  uint64_t ambiguous = 0;
+  for (const auto& [index, uses] : nccl_serial_events(payload_)) {
+    // One live event for every launch the archived event bracketed, or none: an event that was
+    // shared at SAVE and would be split now keeps this set's own.
+    CUevent live = nullptr;
+    bool one = true;
+    for (const CollectiveNode* c : uses) {
+      auto e = collectives_->serial_event(*c);
+      if (!e.ok()) return e.status();
+      one = one && e.value() != nullptr && (live == nullptr || live == e.value());
+      live = e.value();
+    }
+    if (!one) {
+      ++ambiguous;
+      continue;
+    }
+    d->cuEventDestroy(events_[index]);
+    events_[index] = live;
+    own_events_[index] = false;
+    ++times_.nccl_events;
+  }
+  if (times_.nccl_events) LOG_INFO("%" PRIu64 " archived events bound to the live NCCL's serial event", times_.nccl_events);
+  if (ambiguous) {
+    LOG_WARNING("%" PRIu64 " archived events around NCCL launches kept as the set's own: NCCL now brackets those "
+             "launches with no event or several", ambiguous);
+  }
   return Status::Ok();
 }
 
@@ -405,7 +441,8 @@ GraphSet::~GraphSet() {
   if (d == nullptr) return;
   for (auto& m : members_) if (CUgraphExec e = m->exec.load()) d->cuGraphExecDestroy(e);
   for (auto& t : templates_) if (t->work.graph) d->cuGraphDestroy(t->work.graph);
-  for (CUevent e : events_) d->cuEventDestroy(e);
+  for (size_t i = 0; i < events_.size(); ++i)
+    if (own_events_[i]) d->cuEventDestroy(events_[i]);
 }
 
 }  // namespace foundry

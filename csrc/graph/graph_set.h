@@ -9,7 +9,8 @@
 // clone of the templates), or lazy (on first launch, optionally ahead of it on a background
 // thread). Before anything runs, every region block the graphs reference is mapped at its
 // recorded address (or found already live with the same extent), and every NCCL launch the
-// graphs recorded is made once under capture by the live NCCL (see LiveCollectives).
+// graphs recorded is made once under capture by the live NCCL (see LiveCollectives), and the
+// graphs' NCCL serial events are the live NCCL's.
 #pragma once
 
 #include <cuda.h>
@@ -32,6 +33,7 @@ struct LoadTimes {
   // update_s: writing members' deltas into template CUgraphs (part of instantiation).
   double read_s = 0, claim_s = 0, build_s = 0, instantiate_s = 0, update_s = 0;
   uint64_t mapped_blocks = 0, existing_blocks = 0;
+  uint64_t nccl_events = 0;  // archived events bound to the live NCCL's serial event
 };
 
 class GraphSet {
@@ -78,6 +80,9 @@ class GraphSet {
 
   Status prepare();
   Status prepare_collectives();
+  // The archived events that were NCCL's serial event at SAVE become the live NCCL's
+  // (collective/serial_events.h); the others stay events of this set's own.
+  Status bind_nccl_events();
   // Reads member i's delta if it is still pending (caller holds members_[i]->mu).
   Status ensure_delta(size_t i);
   // Before member i goes into a CUgraph: its delta read and its kernels' attributes set (caller
@@ -110,6 +115,7 @@ class GraphSet {
   std::map<std::pair<uint64_t, std::string>, int32_t> attrs_;  // kernel -> dynamic shared memory allowed
   std::unique_ptr<LiveCollectives> collectives_;  // only when some graph launches NCCL
   std::vector<CUevent> events_;
+  std::vector<bool> own_events_;  // false: the live NCCL's event, not destroyed here
   std::vector<std::unique_ptr<Template>> templates_;
   std::vector<std::unique_ptr<Member>> members_;
   CUcontext ctx_ = nullptr;

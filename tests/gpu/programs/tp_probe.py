@@ -108,6 +108,7 @@ def main() -> None:
         start = time.perf_counter()
         archive = fdry.load_graphs(mine)
         result["restore_s"] = time.perf_counter() - start
+        result["nccl_events"] = archive.times.nccl_events
         torch.manual_seed(100 + rank)
         x.copy_(torch.randn_like(x))
         for i in range(len(archive)):
