@@ -11,13 +11,10 @@
 #include <new>
 #include <utility>
 
+#include "common/load_settings.h"
+
 namespace foundry {
 namespace {
-
-bool mapping_allowed() {
-  const char* v = std::getenv("FOUNDRY_READ_MAP");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
 
 // Reads up to n bytes at `offset` into out, stopping early only where the file ends; *done says
 // how many were read. FOUNDRY_ERR_IO naming `name` when a read fails.
@@ -52,7 +49,7 @@ Status copy_file(int fd, const std::string& path, size_t size, std::vector<uint8
 
 // The file's pages mapped read-only, or null when mapping is not possible here (the caller copies).
 const uint8_t* map_file(int fd, size_t size) {
-  if (size == 0 || !mapping_allowed()) return nullptr;
+  if (size == 0 || !map_archive_files()) return nullptr;
   void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
   if (p == MAP_FAILED) return nullptr;
   // A file that shrank since fstat would fault past its new end: check before any byte is read.

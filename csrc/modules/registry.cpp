@@ -17,6 +17,7 @@
 #include "archive/bytes.h"
 #include "archive/container.h"
 #include "common/hash.h"
+#include "common/load_settings.h"
 #include "common/log.h"
 #include "common/parallel.h"
 #include "driver/driver.h"
@@ -648,8 +649,7 @@ size_t Registry::image_threads(size_t files, bool lazy) {
   // Reading and checking is the process's own work: threads by the count. The driver serialises
   // module loads (scripts/image_load_probe.py: 8 threads 0.6-0.9x of one on an H200), so driver
   // loads get one thread unless FOUNDRY_IMAGE_THREADS asks for more.
-  const char* env = std::getenv("FOUNDRY_IMAGE_THREADS");
-  if (env != nullptr && *env != '\0') return work_threads(std::strtoul(env, nullptr, 10));
+  if (size_t asked = image_threads_setting()) return work_threads(asked);
   return lazy ? work_threads(files / kImagesPerThread) : 1;
 }
 

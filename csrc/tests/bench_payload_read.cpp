@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/load_settings.h"
 #include "archive/container.h"
 #include "archive/file_bytes.h"
 #include "common/hash.h"
@@ -239,11 +240,11 @@ int main(int argc, char** argv) {
       t0 = std::chrono::steady_clock::now();
       fb = Result<FileBytes>(FileBytes());
       row("  munmap of it").push_back(ms_since(t0));
-      ::setenv("FOUNDRY_READ_MAP", "0", 1);
+      set_map_archive_files(false);
       t0 = std::chrono::steady_clock::now();
       auto copied = FileBytes::read(path, kDefaultMaxContainerSize);
       row("FileBytes::read (copy, FOUNDRY_READ_MAP=0)").push_back(ms_since(t0));
-      ::unsetenv("FOUNDRY_READ_MAP");
+      set_map_archive_files(true);
       die(copied.status(), "FileBytes::read copy");
     }
     // 2. Container::read_file: the read, then header, table, layout and every section's checksum.

@@ -20,6 +20,7 @@
 #include "archive/container.h"
 #include "archive/file_bytes.h"
 #include "common/hash.h"
+#include "common/load_settings.h"
 #include "tests/check.h"
 
 using namespace foundry;
@@ -419,12 +420,12 @@ TEST_CASE("file bytes: mapped and copied reads hold the same bytes; a truncated 
   CHECK(write_container_file(path, w).ok());
   std::vector<uint8_t> expected = w.finish();
 
-  ::unsetenv("FOUNDRY_READ_MAP");
+  set_map_archive_files(true);
   Result<FileBytes> mapped = FileBytes::read(path, 1u << 30);
   CHECK(mapped.ok() && mapped.value().mapped());
-  ::setenv("FOUNDRY_READ_MAP", "0", 1);
+  set_map_archive_files(false);  // FOUNDRY_READ_MAP=0
   Result<FileBytes> copied = FileBytes::read(path, 1u << 30);
-  ::unsetenv("FOUNDRY_READ_MAP");
+  set_map_archive_files(true);
   CHECK(copied.ok() && !copied.value().mapped());
   for (const Result<FileBytes>* r : {&mapped, &copied}) {
     CHECK(r->ok() && r->value().size() == expected.size() &&
@@ -447,13 +448,13 @@ TEST_CASE("file bytes: mapped and copied reads hold the same bytes; a truncated 
 
   // Truncated on disk before the read: both ways report the truncation, neither faults.
   CHECK_EQ(::truncate(path.c_str(), static_cast<off_t>(expected.size() - 100)), 0);
-  for (const char* map : {"1", "0"}) {
-    ::setenv("FOUNDRY_READ_MAP", map, 1);
+  for (bool map : {true, false}) {
+    set_map_archive_files(map);
     Result<Container> t = Container::read_file(path);
     CHECK_EQ(t.status().code(), FOUNDRY_ERR_FORMAT);
     CHECK(contains(t.status().message(), "truncated"));
   }
-  ::unsetenv("FOUNDRY_READ_MAP");
+  set_map_archive_files(true);
 }
 
 // ---- atomic_dir -------------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 
 #include "archive/atomic_dir.h"
 #include "common/hash.h"
+#include "common/load_settings.h"
 #include "modules/image_file.h"
 #include "modules/registry.h"
 #include "tests/check.h"
@@ -82,13 +83,12 @@ struct Archive {
   }
 };
 
-// Gives this thread LOAD's context and sets FOUNDRY_IMAGE_THREADS (read at each load_dir call;
-// nullptr: unset, the default). Returns a tag that keeps the case's images apart from others'.
+// Gives this thread LOAD's context and sets the image threads as FOUNDRY_IMAGE_THREADS would
+// (nullptr: not set, the default). Returns a tag that keeps the case's images apart from others'.
 std::string start(const std::string& name, const char* threads) {
   cuCtxSetCurrent(kContext);
   fake_expect_context(kContext);
-  if (threads != nullptr) setenv("FOUNDRY_IMAGE_THREADS", threads, 1);
-  else unsetenv("FOUNDRY_IMAGE_THREADS");
+  set_image_threads_setting(threads != nullptr ? std::strtoul(threads, nullptr, 10) : 0);
   return name + " threads=" + (threads ? threads : "default");
 }
 

@@ -1,0 +1,44 @@
+#include "common/load_settings.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/log.h"
+#include "common/strict.h"
+
+namespace foundry {
+namespace {
+
+std::atomic<bool>& map_slot() {
+  static std::atomic<bool> map{[] {
+    const char* v = std::getenv("FOUNDRY_READ_MAP");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }()};
+  return map;
+}
+
+std::atomic<size_t>& threads_slot() {
+  static std::atomic<size_t> threads{[] {
+    const char* v = std::getenv("FOUNDRY_IMAGE_THREADS");
+    return v != nullptr && *v != '\0' ? static_cast<size_t>(std::strtoul(v, nullptr, 10)) : size_t{0};
+  }()};
+  return threads;
+}
+
+// Every setting the library reads from the environment, read now, while the library is loaded.
+__attribute__((constructor)) void read_settings_at_load() {
+  map_slot();
+  threads_slot();
+  strict_mode();
+  log_level();
+}
+
+}  // namespace
+
+bool map_archive_files() { return map_slot().load(); }
+void set_map_archive_files(bool map) { map_slot().store(map); }
+size_t image_threads_setting() { return threads_slot().load(); }
+void set_image_threads_setting(size_t threads) { threads_slot().store(threads); }
+
+}  // namespace foundry

@@ -1,0 +1,21 @@
+// LOAD's tuning from the environment, read once: when the library is loaded (on the thread that
+// loads it, before any of Foundry's own threads exist), not at each use. A read at each use from
+// a worker thread could race with the engine changing os.environ on its own thread (glibc's
+// setenv may move the environment while getenv walks it). The setters are for tests and for
+// programs that choose in code.
+#pragma once
+
+#include <cstddef>
+
+namespace foundry {
+
+// FOUNDRY_READ_MAP: archive files are mapped (default) or, with "0", copied (archive/file_bytes.h).
+bool map_archive_files();
+void set_map_archive_files(bool map);
+
+// FOUNDRY_IMAGE_THREADS: threads for reading and loading kernel images (modules/registry.h);
+// 0 when not set (the registry's default).
+size_t image_threads_setting();
+void set_image_threads_setting(size_t threads);
+
+}  // namespace foundry
