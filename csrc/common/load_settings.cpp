@@ -4,9 +4,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "common/log.h"
-#include "common/strict.h"
-
 namespace foundry {
 namespace {
 
@@ -26,12 +23,11 @@ std::atomic<size_t>& threads_slot() {
   return threads;
 }
 
-// Every setting the library reads from the environment, read now, while the library is loaded.
+// Read now, while the library is loaded. (FOUNDRY_STRICT and FOUNDRY_LOG stay read at their
+// first use: an engine plugin sets FOUNDRY_STRICT in a process that already has the library.)
 __attribute__((constructor)) void read_settings_at_load() {
   map_slot();
   threads_slot();
-  strict_mode();
-  log_level();
 }
 
 }  // namespace

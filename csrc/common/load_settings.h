@@ -1,8 +1,8 @@
-// LOAD's tuning from the environment, read once: when the library is loaded (on the thread that
-// loads it, before any of Foundry's own threads exist), not at each use. A read at each use from
-// a worker thread could race with the engine changing os.environ on its own thread (glibc's
-// setenv may move the environment while getenv walks it). The setters are for tests and for
-// programs that choose in code.
+// The settings Foundry's own threads need (the images thread, the registry's workers), read from
+// the environment once: when the library is loaded (on the thread that loads it, before any of
+// those threads exist), not at each use. A read at each use from such a thread could race with
+// the engine changing os.environ on its own thread (glibc's setenv may move the environment
+// while getenv walks it). The setters are for tests and for programs that choose in code.
 #pragma once
 
 #include <cstddef>
@@ -14,7 +14,7 @@ bool map_archive_files();
 void set_map_archive_files(bool map);
 
 // FOUNDRY_IMAGE_THREADS: threads for reading and loading kernel images (modules/registry.h);
-// 0 when not set (the registry's default).
+// 0 when not set or 0 (the registry's default: one for driver loads, several for lazy reads).
 size_t image_threads_setting();
 void set_image_threads_setting(size_t threads);
 
