@@ -33,6 +33,10 @@ class LoadTimes(ctypes.Structure):
     ]
 
 
+class ExecWarmup(ctypes.Structure):
+    _fields_ = [("graphs", c_uint64), ("execs", c_uint64), ("nodes", c_uint64), ("seconds", ctypes.c_double)]
+
+
 _u64p = POINTER(c_uint64)
 _PROTOTYPES: dict[str, tuple] = {
     "foundry_last_error": (c_char_p, []),
@@ -86,7 +90,7 @@ _PROTOTYPES: dict[str, tuple] = {
     "foundry_saver_free": (None, [c_void_p]),
     "foundry_payload_merge": (c_int, [POINTER(c_char_p), c_uint64, c_char_p, POINTER(c_uint32)]),
     "foundry_graphset_open": (c_int, [c_char_p, POINTER(c_void_p)]),
-    "foundry_exec_memory_warm": (c_int, [c_char_p, _u64p, _u64p, POINTER(ctypes.c_double)]),
+    "foundry_exec_memory_warm": (c_int, [c_char_p, POINTER(c_int), POINTER(ExecWarmup)]),
     "foundry_graphset_open_lazy": (c_int, [c_char_p, POINTER(c_void_p)]),
     "foundry_graphset_info": (c_int, [c_void_p, _u64p, _u64p, POINTER(LoadTimes)]),
     "foundry_graphset_name": (c_int, [c_void_p, c_uint64, c_char_p, c_size_t]),

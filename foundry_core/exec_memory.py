@@ -21,17 +21,19 @@ from foundry_core import _native
 
 @dataclass(frozen=True)
 class ExecWarmup:
-    execs: int  # stand-in execs made and destroyed: one per archived graph
-    nodes: int  # their nodes, all together
+    graphs: int  # stand-ins asked for: one per archived graph
+    execs: int  # stand-ins made and destroyed: fewer when stopped
+    nodes: int  # nodes of the stand-ins made, all together
     seconds: float
 
 
-def warm(payload: str | os.PathLike) -> ExecWarmup:
+def warm(payload: str | os.PathLike, stop: ctypes.c_int | None = None) -> ExecWarmup:
     """Instantiates and destroys one stand-in exec per graph of ``payload`` (an archive's
-    ``graphs.fgr``), each as many nodes as that graph. Needs the CUDA context only (made current
+    ``graphs.fgr``), each as many nodes as that graph. Stops before the next stand-in once
+    ``stop.value`` is non-zero (set from another thread). Needs the CUDA context only (made current
     on the calling thread when none is); raises FoundryError when the payload is unreadable or a
     driver call fails."""
-    execs, nodes, seconds = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_double()
-    _native.call("foundry_exec_memory_warm", os.fsencode(Path(payload)), ctypes.byref(execs), ctypes.byref(nodes),
-                 ctypes.byref(seconds))
-    return ExecWarmup(execs.value, nodes.value, seconds.value)
+    out = _native.ExecWarmup()
+    _native.call("foundry_exec_memory_warm", os.fsencode(Path(payload)),
+                 ctypes.byref(stop) if stop is not None else None, ctypes.byref(out))
+    return ExecWarmup(out.graphs, out.execs, out.nodes, out.seconds)

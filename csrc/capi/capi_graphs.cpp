@@ -132,15 +132,13 @@ foundry_status foundry_graphset_template(void* set, uint64_t index, uint64_t* gr
 
 void foundry_graphset_free(void* set) { delete static_cast<GraphSet*>(set); }
 
-foundry_status foundry_exec_memory_warm(const char* payload_path, uint64_t* execs, uint64_t* nodes, double* seconds) {
+foundry_status foundry_exec_memory_warm(const char* payload_path, const int* stop, foundry_exec_warmup* out) {
   if (payload_path == nullptr) return report(null_arg("payload_path"));
   auto sizes = payload_graph_sizes(payload_path);
   if (!sizes.ok()) return report(sizes.status());
-  auto warm = warm_exec_memory(std::move(sizes.value()));
+  auto warm = warm_exec_memory(std::move(sizes.value()), stop);
   if (!warm.ok()) return report(warm.status());
-  if (execs) *execs = warm.value().execs;
-  if (nodes) *nodes = warm.value().nodes;
-  if (seconds) *seconds = warm.value().seconds;
+  if (out) *out = foundry_exec_warmup{warm.value().graphs, warm.value().execs, warm.value().nodes, warm.value().seconds};
   return FOUNDRY_OK;
 }
 

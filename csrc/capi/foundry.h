@@ -228,10 +228,15 @@ FOUNDRY_API void foundry_graphset_free(void* set);
 
 /* LOAD, ahead of the restore: instantiates and destroys a stand-in exec (a chain of no-op kernel
  * nodes) as large as each graph of the payload, so that the driver holds the device memory the
- * restore's execs will need (see csrc/graph/exec_warmup.h). Needs no loaded image and no region;
- * any out pointer may be NULL. */
-FOUNDRY_API foundry_status foundry_exec_memory_warm(const char* payload_path, uint64_t* execs, uint64_t* nodes,
-                                                    double* seconds);
+ * restore's execs will need (see csrc/graph/exec_warmup.h). Needs no loaded image and no region.
+ * Stops before the next stand-in once *stop (when not NULL) is non-zero; `out` may be NULL. */
+typedef struct foundry_exec_warmup {
+  uint64_t graphs;  /* stand-ins asked for */
+  uint64_t execs;   /* stand-ins made: fewer when stopped */
+  uint64_t nodes;   /* nodes over the stand-ins made */
+  double seconds;
+} foundry_exec_warmup;
+FOUNDRY_API foundry_status foundry_exec_memory_warm(const char* payload_path, const int* stop, foundry_exec_warmup* out);
 
 /* ---- inspection ---------------------------------------------------------------------------- */
 

@@ -15,8 +15,9 @@ namespace foundry {
 
 // Archived event index -> the collective nodes whose launch it brackets: an event wait node with
 // an edge to a collective node, or an event record node with an edge from one, in any graph of
-// the payload (each member's nodes as its delta leaves them, child graphs included). Events that
-// bracket no collective node are not in the map. The payload's deltas must have been read.
+// the payload (each member's nodes as its delta leaves them, child graphs included). Only events
+// all of whose wait and record nodes bracket a collective node are in the map (NCCL's serial
+// event is used for nothing else). The payload's deltas must have been read.
 using SerialEventUses = std::map<uint32_t, std::vector<const CollectiveNode*>>;
 SerialEventUses nccl_serial_events(const Payload& p);
 

@@ -94,7 +94,7 @@ Result<std::vector<uint64_t>> payload_graph_sizes(const std::string& payload_pat
   return sizes;
 }
 
-Result<ExecWarmup> warm_exec_memory(std::vector<uint64_t> node_counts) {
+Result<ExecWarmup> warm_exec_memory(std::vector<uint64_t> node_counts, const int* stop) {
   auto t0 = std::chrono::steady_clock::now();
   auto drv = driver();
   if (!drv.ok()) return drv.status();
@@ -103,11 +103,13 @@ Result<ExecWarmup> warm_exec_memory(std::vector<uint64_t> node_counts) {
   // One chain, grown from the smallest size to the largest and instantiated at each: the driver
   // snapshots a graph when it instantiates it, so later nodes do not reach earlier execs.
   std::sort(node_counts.begin(), node_counts.end());
+  out.graphs = static_cast<uint64_t>(std::count_if(node_counts.begin(), node_counts.end(), [](uint64_t n) { return n > 0; }));
   {
     StandIns stand_ins(drv.value());
     FOUNDRY_RETURN_IF_ERROR(stand_ins.open());
     for (uint64_t n : node_counts) {
       if (n == 0) continue;
+      if (stop != nullptr && __atomic_load_n(stop, __ATOMIC_ACQUIRE) != 0) break;
       FOUNDRY_RETURN_IF_ERROR(stand_ins.grow_to(n));
       FOUNDRY_RETURN_IF_ERROR(stand_ins.instantiate());
       ++out.execs;

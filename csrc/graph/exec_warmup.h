@@ -20,8 +20,9 @@
 namespace foundry {
 
 struct ExecWarmup {
-  uint64_t execs = 0;  // stand-in execs made (and destroyed)
-  uint64_t nodes = 0;  // nodes over all of them
+  uint64_t graphs = 0;  // stand-ins asked for (graphs with nodes)
+  uint64_t execs = 0;   // stand-in execs made (and destroyed): fewer when stopped
+  uint64_t nodes = 0;   // nodes over the execs made
   double seconds = 0;
 };
 
@@ -34,7 +35,9 @@ Result<std::vector<uint64_t>> payload_graph_sizes(const std::string& payload_pat
 
 // Instantiates one stand-in per entry of `node_counts` (a chain of that many no-op kernel
 // nodes), keeps every exec alive until all are made (as a restore keeps its graphs), then
-// destroys them. Needs a current CUDA context (made current when none is).
-Result<ExecWarmup> warm_exec_memory(std::vector<uint64_t> node_counts);
+// destroys them. Stops before the next stand-in once `*stop` (when given) is non-zero: the
+// restore, which would wait for it, has begun. Needs a current CUDA context (made current when
+// none is).
+Result<ExecWarmup> warm_exec_memory(std::vector<uint64_t> node_counts, const int* stop = nullptr);
 
 }  // namespace foundry

@@ -102,6 +102,21 @@ TEST_CASE("a driver failure part-way is reported and releases what was made") {
   fake_reset_graphs(-1);
 }
 
+TEST_CASE("a stop asked for ends the warm-up before the next stand-in") {
+  with_context();
+  long handles = fake_live_graphs_and_execs();
+  fake_reset_graphs(-1);
+  int stop = 1;
+  auto w = warm_exec_memory({10, 20}, &stop);
+  CHECK(w.ok());
+  if (w.ok()) CHECK(w.value().graphs == 2u && w.value().execs == 0u && w.value().nodes == 0u);
+  CHECK(exec_sizes().empty());
+  CHECK_EQ(fake_live_graphs_and_execs(), handles);
+  stop = 0;
+  w = warm_exec_memory({10, 20}, &stop);
+  CHECK(w.ok() && w.value().execs == 2u);
+}
+
 TEST_CASE("the sizes of a payload's graphs: each member its template's, children flattened") {
   Payload p;
   p.templates = {chain(3), with_child(2, 5)};

@@ -77,6 +77,16 @@ TEST_CASE("events that bracket a collective node, as each member's delta leaves 
   CHECK_EQ(uses.size(), 3u);
 }
 
+TEST_CASE("an event that also does something else is not NCCL's") {
+  Payload p = payload();
+  // Member 0's kernel now records event 0 as well: an application's event next to a collective.
+  p.templates[0].nodes[4] = event(NodeKind::kEventRecord, 0);
+  SerialEventUses uses = nccl_serial_events(p);
+  CHECK(uses.count(0) == 0);
+  CHECK(comms(uses, 3) == (std::vector<uint32_t>{1}));  // the others as before
+  CHECK(comms(uses, 2) == (std::vector<uint32_t>{5, 5}));
+}
+
 TEST_CASE("no collective node, no NCCL event") {
   Payload p = payload();
   p.templates[0].nodes[1] = kernel();

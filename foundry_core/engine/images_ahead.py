@@ -20,8 +20,9 @@ this off (the restore loads the images, as before).
 
 With ``FOUNDRY_EXEC_WARMUP=1`` the thread then grows the driver's device memory for graph execs
 (:mod:`foundry_core.exec_memory`): the share of the restore's instantiation that is the driver
-obtaining memory for each live exec. A failure there only costs that time back: it is logged, and
-the restore instantiates as it would have.
+obtaining memory for each live exec. The restore does not wait for that work: it asks it to stop
+(after the stand-in under way) and joins. A failure there is logged, and the restore
+instantiates as it would have.
 """
 
 from __future__ import annotations
@@ -40,13 +41,15 @@ EXEC_WARMUP_ENV = "FOUNDRY_EXEC_WARMUP"
 class ImagesAhead:
     """One thread that runs ``bind()`` (makes the engine's CUDA device current there), ``load()``
     (hands the images to the driver) and then, when given and the load went well, ``then()``
-    (optional work that needs the images or only the context); :meth:`wait` joins it."""
+    (optional work that needs the images or only the context); :meth:`wait` calls ``stop_then()``
+    (which asks ``then`` to finish early) and joins the thread."""
 
     def __init__(self, load: Callable[[], object], bind: Callable[[], None],
-                 then: Callable[[], object] | None = None) -> None:
+                 then: Callable[[], object] | None = None, stop_then: Callable[[], None] | None = None) -> None:
         self._load = load
         self._bind = bind
         self._then = then
+        self._stop_then = stop_then
         self._thread = threading.Thread(target=self._run, name="foundry-images-ahead", daemon=True)
         self.seconds: float | None = None  # how long the load took on the thread, once done
         self.error: BaseException | None = None
@@ -73,6 +76,8 @@ class ImagesAhead:
     def wait(self) -> float:
         """Joins the thread; returns the seconds this call waited. Logs how the load went."""
         start = time.perf_counter()
+        if self._stop_then is not None:
+            self._stop_then()
         self._thread.join()
         waited = time.perf_counter() - start
         if self.error is not None:

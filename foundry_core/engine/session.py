@@ -24,6 +24,7 @@ after an explicit LOAD it leaves the archive alone (``mode`` becomes OFF) and lo
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -367,12 +368,19 @@ class EngineSession:
             payload.append(manifest_path.parent / manifest["payload"])
             images.load_cuda_modules_and_libraries(directory)
 
-        def warm() -> None:
-            w = exec_memory.warm(payload[0])
-            logger.info("foundry: driver memory for %d graph execs (%d nodes) grown ahead on a thread in %.2f s",
-                        w.execs, w.nodes, w.seconds)
+        stop = ctypes.c_int(0)
 
-        self._images_ahead = ImagesAhead(load, bind, then=warm if warm_execs else None).start()
+        def warm() -> None:
+            w = exec_memory.warm(payload[0], stop)
+            stopped = "" if w.execs == w.graphs else f" (of {w.graphs}: stopped when the restore began)"
+            logger.info("foundry: driver memory for %d graph execs%s (%d nodes) grown ahead on a thread in %.2f s",
+                        w.execs, stopped, w.nodes, w.seconds)
+
+        def stop_warm() -> None:
+            stop.value = 1
+
+        self._images_ahead = ImagesAhead(load, bind, then=warm if warm_execs else None,
+                                         stop_then=stop_warm if warm_execs else None).start()
 
     def save(self, graphs: Mapping[str, tuple[Any, Any]]) -> graph_io.SaveReport | None:
         """Writes this rank's archive: ``graphs`` (``{name: (graph, outputs)}``), the fingerprint,

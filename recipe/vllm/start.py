@@ -13,8 +13,8 @@ Foundry is configured by the environment (FOUNDRY_ARCHIVE, FOUNDRY_MODE), as for
   time of one with 1 token) / N, i.e. the decode step time without the prefill; the samples
   themselves in ``tpot_samples_ms``;
 - ``step_tpot_ms`` (with ``--step-times``): per batch size, the median time between consecutive
-  engine steps while that many requests decode (``LLMEngine.step()`` driven directly, ``--reps``
-  rounds of ``--tpot-tokens`` steps pooled; ``step_tpot_steps``: how many steps). One slow step
+  engine steps while exactly that many requests decode (``LLMEngine.step()`` driven directly,
+  ``--reps`` rounds of about ``--tpot-tokens`` steps pooled; ``step_tpot_steps``: how many). One slow step
   moves a difference of two generate calls by its whole delay but leaves a median of per-step
   times where it is, so this is the sharper measure when starts are compared.
 """
@@ -65,22 +65,27 @@ def step_times_ms(llm, batch: int, tokens: int, reps: int) -> list[float]:
 
     Each ``step()`` returns once the engine core has sent the outputs of its next step, so the
     time between two returns is one step of the core's loop, scheduling and sampling included.
-    The first interval starts when the prefill's step returns; the first two (the decode steps
-    right after the prefill) and the last (requests finishing) are left out of each round."""
+    An interval counts only when both steps around it returned a token for every one of the
+    ``batch`` requests and finished none: steps that still prefill some requests, or that end
+    some, are left out. About ``tokens`` intervals per round, ``reps`` rounds after a warm one."""
     from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
 
     engine = llm.llm_engine
-    params = SamplingParams(max_tokens=tokens + 1, temperature=0.0, ignore_eos=True)
+    # DELTA: every step returns each request's new token, so a step shows which requests decoded.
+    params = SamplingParams(max_tokens=tokens + 1, temperature=0.0, ignore_eos=True,
+                            output_kind=RequestOutputKind.DELTA)
     times: list[float] = []
     for rep in range(reps + 1):  # round 0 warms this batch size up
         for i, prompt in enumerate(prompts(batch, 2000)):
             engine.add_request(f"step-{batch}-{rep}-{i}", prompt, params)
-        stamps = []
+        stamps, whole = [], []
         while engine.has_unfinished_requests():
-            engine.step()
+            outputs = engine.step()
             stamps.append(time.perf_counter())
+            whole.append(len(outputs) == batch and not any(o.finished for o in outputs))
         if rep:
-            times += [(b - a) * 1e3 for a, b in zip(stamps[2:-2], stamps[3:-1])]
+            times += [(stamps[i] - stamps[i - 1]) * 1e3 for i in range(1, len(stamps)) if whole[i] and whole[i - 1]]
     return times
 
 

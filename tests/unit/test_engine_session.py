@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -454,14 +455,21 @@ def warmups(monkeypatch):
 
     class Calls(list):
         error: Exception | None = None
+        until_stopped: threading.Event | None = None
 
     calls = Calls()
 
-    def warm(payload):
+    def warm(payload, stop=None):
         calls.append((Path(payload), threading.current_thread().name))
         if calls.error is not None:
             raise calls.error
-        return exec_memory.ExecWarmup(execs=3, nodes=1500, seconds=0.01)
+        if calls.until_stopped is not None:  # a long warm-up: runs until the restore stops it
+            calls.until_stopped.set()
+            deadline = time.monotonic() + 5
+            while not stop.value and time.monotonic() < deadline:
+                time.sleep(0.001)
+            return exec_memory.ExecWarmup(graphs=3, execs=1, nodes=500, seconds=0.02)
+        return exec_memory.ExecWarmup(graphs=3, execs=3, nodes=1500, seconds=0.01)
 
     monkeypatch.setattr(exec_memory, "warm", warm)
     return calls
@@ -489,7 +497,20 @@ def test_exec_memory_is_grown_only_when_asked_and_only_after_images_loaded(archi
     assert session.load() is not None and warmups == []  # the restore meets the image problem itself
 
 
-def test_a_failed_warm_up_costs_only_its_time(archive, io, warmups, caplog):
+def test_the_restore_stops_a_warm_up_still_running(archive, io, warmups, caplog):
+    session = start_load(archive)
+    warmups.until_stopped = threading.Event()
+    with caplog.at_level(logging.INFO, logger="foundry"):
+        session.load_images_ahead(lambda: None, warm_execs=True)
+        assert warmups.until_stopped.wait(5)  # the warm-up is under way when the restore begins
+        start = time.monotonic()
+        assert session.load() is not None
+    assert time.monotonic() - start < 2  # stopped, not waited out (the fake gives up after 5 s)
+    assert any("driver memory for 1 graph execs (of 3: stopped when the restore began)" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_a_failed_warm_up_leaves_the_restore_as_it_was(archive, io, warmups, caplog):
     session = start_load(archive)
     warmups.error = CudaError("cuGraphInstantiate (stand-in) failed: CUDA_ERROR_OUT_OF_MEMORY")
     with caplog.at_level(logging.INFO, logger="foundry"):

@@ -315,10 +315,12 @@ def test_register_from_environment_prepares_children_once(fake_vllm, recorded_ac
     ("2.11.0+cu130", {}, "1"),
     ("2.10.1", {}, "1"),
     ("2.9.1+cu128", {}, None),  # vLLM's standalone compile has no whole artifact before 2.10
+    ("2.10.0a0+nv25.01", {}, None),  # a pre-release is older than 2.10.0 for vLLM too
     ("2.11.0", {"VLLM_USE_MEGA_AOT_ARTIFACT": "0"}, "0"),  # the user's choice stays
     ("2.11.0", {"VLLM_USE_STANDALONE_COMPILE": "0"}, None),  # vLLM requires the two together
     ("2.11.0", {"VLLM_DISABLE_COMPILE_CACHE": "1"}, None),
     ("2.11.0", {"VLLM_USE_AOT_COMPILE": "0"}, None),
+    ("2.11.0", {"VLLM_USE_AOT_COMPILE": "false"}, None),  # vLLM turns AOT compile on for "1" only
     ("2.11.0", {"FOUNDRY_VLLM_PIECEWISE": "1"}, None),  # pieces have not run with it
     (None, {}, None),  # no torch installed: nothing to decide
 ])

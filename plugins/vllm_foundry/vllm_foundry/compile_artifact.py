@@ -15,12 +15,13 @@ experimental piecewise path (``FOUNDRY_VLLM_PIECEWISE=1``), which has not run wi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from importlib import metadata
 
+from packaging.version import InvalidVersion, Version
+
 MEGA_AOT_ENV = "VLLM_USE_MEGA_AOT_ARTIFACT"
-_MIN_TORCH = (2, 10)
+_MIN_TORCH = Version("2.10.0")  # vLLM's own test (compiler_interface.py, envs.use_aot_compile)
 
 
 def installed_torch_version() -> str | None:
@@ -30,21 +31,26 @@ def installed_torch_version() -> str | None:
         return None
 
 
-def _release(version: str) -> tuple[int, int] | None:
-    m = re.match(r"(\d+)\.(\d+)", version)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+def _torch_new_enough(torch_version: str | None) -> bool:
+    """vLLM's ``is_torch_equal_or_newer("2.10.0")``: a pre-release such as 2.10.0a0 is older."""
+    try:
+        return torch_version is not None and Version(torch_version) >= _MIN_TORCH
+    except InvalidVersion:
+        return False
 
 
 def whole_artifact_wanted(env: Mapping[str, str], torch_version: str | None, pieces: bool = False) -> bool:
     """Whether Foundry should set ``VLLM_USE_MEGA_AOT_ARTIFACT=1`` in ``env`` (see the module);
-    ``pieces``: the piecewise path is on."""
+    ``pieces``: the piecewise path is on. Reads vLLM's variables as vLLM 0.25's ``envs`` does."""
     if MEGA_AOT_ENV in env or pieces:
         return False  # the user's choice, either way; pieces have not run with it
-    if env.get("VLLM_USE_STANDALONE_COMPILE", "1").strip() != "1":
+    if not _torch_new_enough(torch_version):
+        return False  # no whole artifact in vLLM's standalone compile before torch 2.10
+    if env.get("VLLM_USE_STANDALONE_COMPILE", "1") != "1":
         return False  # vLLM refuses the whole artifact without standalone compile
-    if env.get("VLLM_DISABLE_COMPILE_CACHE", "0").strip() not in ("", "0"):
-        return False  # nothing is loaded from a cache
-    if env.get("VLLM_USE_AOT_COMPILE", "").strip() == "0":
-        return False
-    release = _release(torch_version) if torch_version else None
-    return release is not None and release >= _MIN_TORCH
+    try:
+        cache_off = bool(int(env.get("VLLM_DISABLE_COMPILE_CACHE", "0")))
+    except ValueError:
+        return False  # vLLM itself would fail on it: leave vLLM to say so
+    # vLLM's AOT compile: on when the variable is "1", by default "1" unless the cache is off.
+    return not cache_off and env.get("VLLM_USE_AOT_COMPILE", "1") == "1"
