@@ -9,8 +9,12 @@
 #include "graph/serialize.h"
 #include "graph/topology.h"
 #include "tests/check.h"
+#include "tests/graph_nodes.h"
 
 using namespace foundry;
+using foundry_test::child_node;
+using foundry_test::event_node;
+using foundry_test::simple_node;
 
 namespace {
 
@@ -59,26 +63,6 @@ Node memcpy_node(uint64_t height, uint64_t depth) {
   m.src_x = 1, m.src_y = 2, m.src_z = 3, m.src_pitch = 512, m.src_height = 64;
   m.dst_x = 4, m.dst_y = 5, m.dst_z = 6, m.dst_pitch = 1024, m.dst_height = 32;
   m.width = 256, m.height = height, m.depth = depth;
-  return n;
-}
-
-Node event_node(NodeKind kind, uint32_t event) {
-  Node n;
-  n.kind = kind;
-  n.event = event;
-  return n;
-}
-
-Node simple_node(NodeKind kind) {
-  Node n;
-  n.kind = kind;
-  return n;
-}
-
-Node child_node(uint32_t child) {
-  Node n;
-  n.kind = NodeKind::kChildGraph;
-  n.child = child;
   return n;
 }
 

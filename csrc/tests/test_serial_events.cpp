@@ -5,17 +5,12 @@
 
 #include "collective/serial_events.h"
 #include "tests/check.h"
+#include "tests/graph_nodes.h"
 
 using namespace foundry;
+using foundry_test::event_node;
 
 namespace {
-
-Node event(NodeKind kind, uint32_t index) {
-  Node n;
-  n.kind = kind;
-  n.event = index;
-  return n;
-}
 
 Node collective(uint32_t comm) {
   Node n;
@@ -27,11 +22,7 @@ Node collective(uint32_t comm) {
   return n;
 }
 
-Node kernel() {
-  Node n;
-  n.kind = NodeKind::kKernel;
-  return n;
-}
+Node kernel() { return foundry_test::simple_node(NodeKind::kKernel); }
 
 std::vector<uint32_t> comms(const SerialEventUses& uses, uint32_t index) {
   std::vector<uint32_t> out;
@@ -47,21 +38,19 @@ std::vector<uint32_t> comms(const SerialEventUses& uses, uint32_t index) {
 Payload payload() {
   Payload p;
   GraphModel t;
-  t.nodes = {event(NodeKind::kEventWait, 0), collective(0), event(NodeKind::kEventRecord, 0), kernel(),
-             event(NodeKind::kEventRecord, 1)};
+  t.nodes = {event_node(NodeKind::kEventWait, 0), collective(0), event_node(NodeKind::kEventRecord, 0), kernel(),
+             event_node(NodeKind::kEventRecord, 1)};
   t.edges = {Edge{0, 1, 0, 0, 0}, Edge{1, 2, 0, 0, 0}, Edge{2, 3, 0, 0, 0}, Edge{3, 4, 0, 0, 0}};
   GraphModel child;
-  child.nodes = {event(NodeKind::kEventWait, 2), collective(5)};
+  child.nodes = {event_node(NodeKind::kEventWait, 2), collective(5)};
   child.edges = {Edge{0, 1, 0, 0, 0}};
   t.children.push_back(child);
-  Node c;
-  c.kind = NodeKind::kChildGraph;
-  t.nodes.push_back(c);
+  t.nodes.push_back(foundry_test::child_node(0));
   p.templates.push_back(t);
   p.event_count = 4;
   p.members.resize(2);
   // Member 1: its all-reduce on communicator 1, recorded on event 3.
-  p.members[1].delta = {NodeDelta{1, collective(1)}, NodeDelta{2, event(NodeKind::kEventRecord, 3)}};
+  p.members[1].delta = {NodeDelta{1, collective(1)}, NodeDelta{2, event_node(NodeKind::kEventRecord, 3)}};
   return p;
 }
 
@@ -80,7 +69,7 @@ TEST_CASE("events that bracket a collective node, as each member's delta leaves 
 TEST_CASE("an event that also does something else is not NCCL's") {
   Payload p = payload();
   // Member 0's kernel now records event 0 as well: an application's event next to a collective.
-  p.templates[0].nodes[4] = event(NodeKind::kEventRecord, 0);
+  p.templates[0].nodes[4] = event_node(NodeKind::kEventRecord, 0);
   SerialEventUses uses = nccl_serial_events(p);
   CHECK(uses.count(0) == 0);
   CHECK(comms(uses, 3) == (std::vector<uint32_t>{1}));  // the others as before
