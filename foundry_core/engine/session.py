@@ -360,18 +360,20 @@ class EngineSession:
         self._images_ahead_started = True
         assert self.rank_dir is not None
         directory, fingerprint = self.rank_dir, self.fingerprint
-        payload: list[Path] = []
+        payload: Path | None = None  # the manifest's payload file, once load() has read the manifest
 
         def load() -> None:
+            nonlocal payload
             # Only the images of an archive made for this machine: the restore checks it again.
             manifest_path, manifest = graph_io.open_archive(directory, fingerprint=fingerprint)
-            payload.append(manifest_path.parent / manifest["payload"])
+            payload = manifest_path.parent / manifest["payload"]
             images.load_cuda_modules_and_libraries(directory)
 
         stop = ctypes.c_int(0)
 
         def warm() -> None:
-            w = exec_memory.warm(payload[0], stop)
+            assert payload is not None  # warm runs only after load succeeded
+            w = exec_memory.warm(payload, stop)
             stopped = "" if w.execs == w.graphs else f" (of {w.graphs}: stopped when the restore began)"
             logger.info("foundry: driver memory for %d graph execs%s (%d nodes) grown ahead on a thread in %.2f s",
                         w.execs, stopped, w.nodes, w.seconds)
