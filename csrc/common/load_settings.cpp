@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/log.h"
+
 namespace foundry {
 namespace {
 
@@ -18,7 +20,14 @@ std::atomic<bool>& map_slot() {
 std::atomic<size_t>& threads_slot() {
   static std::atomic<size_t> threads{[] {
     const char* v = std::getenv("FOUNDRY_IMAGE_THREADS");
-    return v != nullptr && *v != '\0' ? static_cast<size_t>(std::strtoul(v, nullptr, 10)) : size_t{0};
+    if (v == nullptr || *v == '\0') return size_t{0};
+    char* end = nullptr;
+    unsigned long n = std::strtoul(v, &end, 10);
+    if (*end != '\0') {
+      LOG_WARNING("FOUNDRY_IMAGE_THREADS=%s is not a number of threads; using the default", v);
+      return size_t{0};
+    }
+    return static_cast<size_t>(n);
   }()};
   return threads;
 }
