@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from foundry_core.engine.host_caches import CACHES_DIR, LIST_NAME, carried_files, file_digest
+from foundry_core.engine.layout import ENGINE_INFO_NAME
+from foundry_core.engine.state import STATE_NAME
 from foundry_core.errors import FoundryError
 from foundry_core.fingerprint import COMPARED_FIELDS, check_fingerprint, current_fingerprint
 from foundry_core.inspect import (
@@ -110,7 +113,8 @@ def _layout_checks(directory: Path, manifest: dict | None) -> list[Check]:
     escaping = [why for why in (_plain_name(n, directory) for n in names) if why]
     checks = [_result("symbolic links", _symlinks(directory), "none"),
               _result("paths", escaping, "every file named by the manifest is inside the archive")]
-    expected = {MANIFEST_NAME, IMAGES_DIR, *(n for n in names if isinstance(n, str))}
+    # An engine's rank directory also holds its recorded state and its list of carried caches.
+    expected = {MANIFEST_NAME, IMAGES_DIR, STATE_NAME, LIST_NAME, *(n for n in names if isinstance(n, str))}
     problems = _unexpected_files(directory, expected)
     problems += [f"missing {n}" for n in names if isinstance(n, str) and not (directory / n).exists()]
     log_name = names[1] if len(names) > 1 else None
@@ -258,11 +262,41 @@ def verify_one(directory: Path) -> list[Check]:
 
 
 def _root_checks(root: Path, ranks: list[tuple[str | None, Path]]) -> list[Check]:
-    """Of a multi-rank root: nothing beside the rank directories, and none of them a link."""
-    names = {r for r, _ in ranks}
+    """Of a multi-rank root: nothing beside the rank directories (and an engine's engine.json and
+    carried caches), none of them a link; the carried caches as the ranks list them."""
+    names = {r for r, _ in ranks} | {ENGINE_INFO_NAME, CACHES_DIR}
     problems = [f"unexpected file {e.name}" for e in sorted(root.iterdir()) if e.name not in names]
     problems += [f"{r} is a symbolic link" for r, p in ranks if p.is_symlink()]
-    return [_result("ranks", problems, f"{len(ranks)} rank archives: {', '.join(str(r) for r, _ in ranks)}")]
+    checks = [_result("ranks", problems, f"{len(ranks)} rank archives: {', '.join(str(r) for r, _ in ranks)}")]
+    lists = [p / LIST_NAME for _, p in ranks if (p / LIST_NAME).exists() or (p / LIST_NAME).is_symlink()]
+    if lists or (root / CACHES_DIR).exists():
+        checks.append(_host_cache_check(root, lists))
+    return checks
+
+
+def _host_cache_check(root: Path, lists: list[Path]) -> Check:
+    """Every carried file a rank lists is present with its size and SHA-256; files no rank
+    lists (an earlier SAVE's) are counted, not failed: LOAD never reads them."""
+    try:
+        listed = carried_files(root, lists)
+    except FoundryError as exc:
+        return Check("host caches", FAIL, str(exc))
+    base = root / CACHES_DIR
+    problems = []
+    for name, entry in sorted(listed.items()):
+        path = base / name
+        if path.is_symlink() or not path.is_file():
+            problems.append(f"{CACHES_DIR}/{name} is missing")
+        elif file_digest(path) != entry:
+            problems.append(f"{CACHES_DIR}/{name} differs from its size or SHA-256")
+    present = [Path(d, f).relative_to(base).as_posix() for d, _, fs in os.walk(base) for f in fs] \
+        if base.is_dir() else []
+    problems += [f"{CACHES_DIR}/{n} is a symbolic link" for n in present if (base / n).is_symlink()]
+    unlisted = len(set(present) - set(listed))
+    size = sum(e.size for e in listed.values())
+    detail = f"{len(listed)} carried files ({size / 2**20:.1f} MiB), checksums valid" + (
+        f"; {unlisted} files no rank lists (LOAD does not read them)" if unlisted else "")
+    return _result("host caches", problems, detail)
 
 
 def verify_archive(path: str | os.PathLike) -> list[Check]:

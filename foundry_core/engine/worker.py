@@ -31,7 +31,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
-from foundry_core.engine import options
+from foundry_core.engine import host_caches, options, triton_cache
+from foundry_core.engine.host_caches import CacheTree, Copied, HostCaches
 from foundry_core.engine.images_ahead import EXEC_WARMUP_ENV, IMAGES_AHEAD_ENV
 from foundry_core.engine.mode import Mode, resolve_settings
 from foundry_core.engine.plugin_manager import get_plugin_manager
@@ -140,7 +141,9 @@ class WorkerRuntime:
     - ``no_capture_warning``: what :meth:`finish` warns when the capture seam was never reached
       (the engine name, which graphs);
     - ``end_when_off_at_boundary``: True when a session that fell back to OFF at the determinism
-      boundary ends the region there (then :meth:`finish` does not end the session again).
+      boundary ends the region there (then :meth:`finish` does not end the session again);
+    - ``carries_host_caches``: True when the plugin calls :meth:`carry_caches_out` after the
+      engine's warmup (then Triton's cache, and :meth:`host_cache_trees`, travel in the archive).
 
     Attributes the seams read and set: ``phase`` (the plugin's start-up phase, see
     :meth:`in_phase`), ``archive`` (the restored GraphArchive, kept alive with its outputs and
@@ -151,6 +154,7 @@ class WorkerRuntime:
     skip_level: ClassVar[int] = logging.INFO
     no_capture_warning: ClassVar[str] = "the engine captured no CUDA graphs (capture seam not reached)"
     end_when_off_at_boundary: ClassVar[bool] = False
+    carries_host_caches: ClassVar[bool] = False
 
     def __init__(self, session: EngineSession, adapter: Any, device: DeviceOps | None = None) -> None:
         self.session = session
@@ -163,6 +167,7 @@ class WorkerRuntime:
         self._ended = False
         self._pause_depth = 0
         self._pool: Any = None
+        self.triton: triton_cache.TritonCarrier | None = None
 
     @property
     def mode(self) -> Mode:
@@ -187,7 +192,72 @@ class WorkerRuntime:
         ``start()`` ends with it)."""
         self.logger.info("foundry: rank %d runs in mode %s with archive %s", rank, self.session.mode, archive)
         self.begin()
+        self.carry_caches_in()
         return self
+
+    # ---- host caches (foundry_core.engine.host_caches) ---------------------------------------------
+
+    def host_cache_trees(self) -> list[CacheTree]:
+        """The engine's compile caches carried in the archive besides Triton's (a plugin answers;
+        ``used`` matters at SAVE, after the warmup)."""
+        return []
+
+    def carry_caches_in(self) -> None:
+        """SAVE and LOAD: Triton's cache opens its entries through a carrier; LOAD also puts the
+        archive's carried files the host lacks into the engine's caches (before the engine looks)."""
+        where = self._archive_dirs()
+        if not self.carries_host_caches or not self.active or where is None or not host_caches.enabled():
+            return
+        source = HostCaches.read(*where) if self.mode is Mode.LOAD else None
+        carrier = triton_cache.TritonCarrier(source)
+        if triton_cache.install(carrier):
+            self.triton = carrier
+        if source is None:
+            return
+        start = time.perf_counter()
+        done = Copied()
+        for tree in self.host_cache_trees():
+            try:
+                done.add(source.restore_tree(tree.cache, tree.root))
+            except OSError as exc:
+                self.logger.warning("foundry: %s not taken from the archive (%s); the engine compiles", tree.cache, exc)
+        if done.files or done.refused:
+            self.logger.info("foundry: compile caches from the archive: %s in %.2f s", done.describe(),
+                             time.perf_counter() - start)
+
+    def carry_caches_out(self) -> None:
+        """SAVE, after the engine's warmup: carries the caches this start used into the archive
+        (Triton's entries looked up, the engine's trees). A failure is logged; the graphs stay."""
+        where = self._archive_dirs()
+        if not self.carries_host_caches or self.mode is not Mode.SAVE or not self.saved or where is None \
+                or not host_caches.enabled():
+            return
+        start = time.perf_counter()
+        caches = HostCaches(*where)
+        done = Copied()
+        try:
+            if self.triton is not None:
+                done.add(self.triton.carry(caches))
+            for tree in self.host_cache_trees():
+                for sub in tree.used:
+                    done.add(caches.add_tree(tree.cache, tree.root, sub, keep=tree.keep))
+            caches.write_list()
+        except OSError as exc:
+            self.logger.warning("foundry: compile caches not carried in the archive (%s); a LOAD on another host "
+                                "compiles them", exc)
+            return
+        self.logger.info("foundry: compile caches carried in the archive: %s, in %.2f s", done.describe(),
+                         time.perf_counter() - start)
+
+    def _archive_dirs(self) -> tuple[Any, Any] | None:
+        archive, rank_dir = getattr(self.session, "archive", None), getattr(self.session, "rank_dir", None)
+        return None if archive is None or rank_dir is None else (archive, rank_dir)
+
+    def seeded_summary(self) -> str | None:
+        """LOAD: what Triton took from the archive so far, or None when nothing."""
+        if self.triton is None or not (self.triton.seeded.files or self.triton.seeded.refused):
+            return None
+        return f"Triton kernels from the archive: {self.triton.seeded.describe()}"
 
     @contextlib.contextmanager
     def in_phase(self, phase: Any, then: Any, what: str) -> Iterator[None]:

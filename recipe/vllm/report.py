@@ -26,6 +26,8 @@ STEPS = (
     ("graph capture (vLLM)", r"Graph capturing finished in ([\d.]+) secs"),
     ("capture/restore (foundry)", r"foundry: capture_model \(capture or restore\) took ([\d.]+) s"),
     ("JIT warmup", r"foundry: vLLM's JIT warmup .* took ([\d.]+) s"),
+    ("compile caches into the archive", r"foundry: compile caches carried in the archive: .*, in ([\d.]+) s"),
+    ("compile caches from the archive", r"foundry: compile caches from the archive: .* in ([\d.]+) s"),
     ("warmup total", r"foundry: compile_or_warm_up_model .* took ([\d.]+) s"),
     ("engine init (vLLM)", r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
 )
@@ -87,8 +89,9 @@ def timing(directory: str) -> int:
     if not present:
         print(f"no runs in {d}")
         return 1
-    # The reference: the unmodified start with graphs captured (warm compile cache).
-    ref_run = next((r for r in ("captured-warm", "baseline") if r in present), None)
+    # The reference: the unmodified start with graphs captured (warm compile cache), else the
+    # cold one, else (a step without an unmodified start) the SAVE start, whose graphs are captured.
+    ref_run = next((r for r in ("captured-warm", "baseline", "captured-cold", "save") if r in present), None)
     header = ["run", "ready s", *[f"TPOT b{b} ms" for b in TPOT_BATCHES], f"tokens vs {ref_run}", "foundry"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))

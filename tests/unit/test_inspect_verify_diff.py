@@ -20,6 +20,7 @@ import pytest
 
 from archive_factory import write_image, write_payload
 from foundry_core import _native, cli
+from foundry_core.engine.host_caches import Copied, HostCaches
 from foundry_core.errors import FormatError
 from foundry_core.inspect import image_file_info, payload_dump, summarize
 from foundry_core.manifest import write_manifest
@@ -489,6 +490,21 @@ def test_verify_each_rank(tmp_path):
     assert checks["ranks"].status == OK
     assert checks["rank0: payload"].status == OK
     assert checks["rank1: payload"].status == FAIL and "truncated" in checks["rank1: payload"].detail
+
+
+def test_verify_an_engine_archive_with_its_state_and_carried_caches(tmp_path):
+    root = tmp_path / "engine"
+    make_archive(root / "rank0")
+    (root / "engine.json").write_text("{}")
+    (root / "rank0" / "engine_state.json").write_text("{}")
+    caches = HostCaches(root, root / "rank0")
+    caches._store("triton", "KEY/k.cubin", b"cubin", Copied())
+    caches.write_list()
+    checks = checks_by_name(root)
+    assert checks["ranks"].status == OK and checks["rank0: files"].status == OK
+    assert checks["host caches"].status == OK and "1 carried files" in checks["host caches"].detail
+    (root / "stray").write_text("")
+    assert "unexpected file stray" in checks_by_name(root)["ranks"].detail
 
 
 def test_verify_not_an_archive(tmp_path, capsys):

@@ -24,8 +24,10 @@ from typing import Any, ClassVar
 
 from foundry_core.engine import EngineSession
 from foundry_core.engine import options, worker
+from foundry_core.engine.host_caches import CacheTree
 from foundry_core.errors import InvalidArgumentError
 
+from vllm_foundry import compile_cache
 from vllm_foundry.adapter import VllmAdapter
 
 logger = logging.getLogger("foundry.vllm")
@@ -65,6 +67,7 @@ class WorkerRuntime(worker.WorkerRuntime):
 
     logger: ClassVar[logging.Logger] = logger
     no_capture_warning: ClassVar[str] = "vLLM captured no CUDA graphs (capture seam not reached)"
+    carries_host_caches: ClassVar[bool] = True
 
     def __init__(self, session: EngineSession, adapter: VllmAdapter, device: DeviceOps | None = None) -> None:
         super().__init__(session, adapter, device if device is not None else DeviceOps())
@@ -72,6 +75,14 @@ class WorkerRuntime(worker.WorkerRuntime):
         self.worker: Any = None
         self.runner: Any = None
         self.pieces: Any = None  # LOAD, piecewise: the restored pieces (piecewise.Pieces)
+
+    def host_cache_trees(self) -> list[CacheTree]:
+        """vLLM's torch.compile cache (compile_cache.py); Triton's is carried by the core."""
+        try:
+            return [compile_cache.tree(self.adapter.config)]
+        except ImportError as exc:  # vllm.envs: only outside a vLLM process
+            logger.debug("foundry: vLLM's compile cache not carried (%s)", exc)
+            return []
 
     def lazy_instantiation(self) -> bool:
         try:

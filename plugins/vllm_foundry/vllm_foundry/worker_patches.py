@@ -191,9 +191,20 @@ def wrap_compile_or_warm_up_model(original: Callable[..., Any]) -> Callable[...,
         # finish() at the end is a no-op after the capture phase ended the region
         with rt.in_phase(Phase.WARMUP, Phase.SERVING,
                          "compile_or_warm_up_model (warmup, capture or restore, JIT warmup)"):
-            return original(self, *args, **kwargs)
+            result = original(self, *args, **kwargs)
+        _after_warmup(rt)
+        return result
 
     return compile_or_warm_up_model
+
+
+def _after_warmup(rt: runtime.WorkerRuntime) -> None:
+    """SAVE carries the compile caches the start used (the JIT warmup's Triton kernels are among
+    them); LOAD says what it took from the archive's."""
+    if rt.mode is Mode.SAVE:
+        rt.carry_caches_out()
+    elif (summary := rt.seeded_summary()) is not None:
+        logger.info("foundry: %s", summary)
 
 
 def _warmup_agreed(rt: runtime.WorkerRuntime) -> None:

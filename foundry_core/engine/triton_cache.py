@@ -1,0 +1,154 @@
+"""Triton's kernel cache, carried in the archive (:mod:`foundry_core.engine.host_caches`).
+
+Triton keeps each kernel it compiled (and each launcher module it built) in a directory of its
+cache named by a hash of the source, compiler and GPU, and looks that directory up through its
+cache manager before compiling. In the engine's worker process the runtime makes Triton's manager
+a :class:`FileCacheManager` that also tells a :class:`TritonCarrier` each directory looked up:
+
+- at SAVE the carrier remembers them, and after the engine's warmup the directories the start
+  used are carried, also those the host's cache already held;
+- at LOAD the carrier fills a directory the host lacks from the archive before Triton looks inside,
+  so a fresh host loads the kernels instead of compiling them (the sampler's kernels in vLLM's JIT
+  warmup: 14-17 s on an H200 host with a cold cache).
+
+Only this process uses the manager (``triton.knobs.cache.manager_class``, Triton 3.4 and later);
+a user's own ``TRITON_CACHE_MANAGER`` is left in place, and nothing is carried then.
+
+Triton's group files (``__grp__*.json``) name their members by absolute paths. They are carried
+with the key directory replaced by :data:`KEY_DIR` and written back with the loading host's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from foundry_core.engine.host_caches import Copied, HostCaches
+
+logger = logging.getLogger("foundry")
+
+CACHE = "triton"
+MANAGER_ENV = "TRITON_CACHE_MANAGER"
+KEY_DIR = "${FOUNDRY_TRITON_KEY_DIR}"
+GROUP_PREFIX = "__grp__"
+
+
+def _rewrite_group(content: bytes, old: str, new: str) -> bytes:
+    """A group file with each member path under ``old`` moved under ``new`` (others unchanged)."""
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return content
+    children = data.get("child_paths") if isinstance(data, dict) else None
+    if not isinstance(children, dict):
+        return content
+    prefix = old.rstrip("/") + "/"
+    data["child_paths"] = {name: (new.rstrip("/") + "/" + p[len(prefix):]
+                                  if isinstance(p, str) and p.startswith(prefix) else p)
+                           for name, p in children.items()}
+    return json.dumps(data).encode()
+
+
+def _is_group(path: str) -> bool:
+    return os.path.basename(path).startswith(GROUP_PREFIX)
+
+
+class TritonCarrier:
+    """The key directories this process looked up (SAVE) and the archive they come from (LOAD).
+
+    ``source``: the archive's carried caches at LOAD, or None (SAVE, or an archive without them).
+    """
+
+    def __init__(self, source: HostCaches | None = None) -> None:
+        self.source = source
+        self.used: dict[str, str] = {}  # key -> the key directory on this host
+        self.seeded = Copied()
+        self._lock = threading.Lock()
+
+    def looked_up(self, key: str, directory: str) -> None:
+        """Triton's manager opened ``directory`` (the cache's directory of ``key``)."""
+        with self._lock:
+            if key in self.used:
+                return
+            self.used[key] = directory
+            if self.source is None or not self.source.paths(CACHE, key):
+                return
+            try:
+                copied = self.source.restore_tree(
+                    CACHE, directory, key, strip=True,
+                    rewrite=lambda rel, content: _rewrite_group(content, KEY_DIR, directory) if _is_group(rel)
+                    else content)
+            except OSError as exc:
+                logger.warning("foundry: Triton kernel %s not taken from the archive (%s); Triton compiles it", key,
+                               exc)
+                return
+            self.seeded.add(copied)
+
+    def carry(self, caches: HostCaches) -> Copied:
+        """Adds the key directories looked up so far to ``caches`` (SAVE)."""
+        with self._lock:
+            used = dict(self.used)
+        done = Copied()
+        for key, directory in sorted(used.items()):
+            parent = str(Path(directory).parent)
+            done.add(caches.add_tree(
+                CACHE, parent, key,
+                rewrite=lambda rel, content, d=directory: _rewrite_group(content, d, KEY_DIR) if _is_group(rel)
+                else content))
+        return done
+
+
+_carrier: TritonCarrier | None = None
+
+
+def current() -> TritonCarrier | None:
+    """This process's carrier (None: Triton's cache is not carried here)."""
+    return _carrier
+
+
+def install(carrier: TritonCarrier) -> bool:
+    """Makes Triton open its cache directories through ``carrier`` in this process. False (and
+    nothing changed) when Triton is not installed, predates ``triton.knobs`` (3.4), or the user
+    chose another cache manager."""
+    global _carrier
+    try:
+        from triton import knobs
+    except ImportError:
+        logger.debug("foundry: Triton's cache not carried: Triton without triton.knobs (3.4 or later needed)")
+        return False
+    from foundry_core.engine.triton_cache_manager import manager_class
+
+    chosen = knobs.cache.manager_class
+    manager = manager_class()
+    if chosen is not None and chosen is not manager:
+        logger.info("foundry: Triton's cache is not carried in the archive: %s chooses another cache manager (%s)",
+                    MANAGER_ENV, getattr(chosen, "__qualname__", chosen))
+        return False
+    _carrier = carrier
+    knobs.cache.manager_class = manager
+    return True
+
+
+def uninstall() -> None:
+    """Gives Triton its default manager back (tests)."""
+    global _carrier
+    _carrier = None
+    try:
+        from triton import knobs
+    except ImportError:
+        return
+    if _carrier_manager_set(knobs):
+        del knobs.cache.manager_class  # back to TRITON_CACHE_MANAGER / the default
+
+
+def _carrier_manager_set(knobs: Any) -> bool:
+    from foundry_core.engine.triton_cache_manager import manager_class
+
+    return knobs.cache.manager_class is manager_class()
+
+
+__all__ = ["CACHE", "KEY_DIR", "TritonCarrier", "current", "install", "uninstall"]

@@ -1,0 +1,38 @@
+"""The Triton cache manager that reports each key directory to this process's
+:class:`~foundry_core.engine.triton_cache.TritonCarrier` (see :mod:`foundry_core.engine.triton_cache`).
+
+Built on first use: it subclasses Triton's ``FileCacheManager``, and importing Triton is left to
+the process that has it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+logger = logging.getLogger("foundry")
+
+
+@functools.cache
+def manager_class() -> type:
+    from triton.runtime.cache import FileCacheManager
+
+    from foundry_core.engine import triton_cache
+
+    class CarriedCacheManager(FileCacheManager):  # type: ignore[misc, valid-type]
+        """Triton's file cache; the carrier hears of each key directory opened (not the dump and
+        override directories). A carrier's failure never fails Triton: it compiles instead."""
+
+        def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
+            super().__init__(key, override=override, dump=dump)
+            carrier = triton_cache.current()
+            directory: Any = getattr(self, "cache_dir", None)
+            if carrier is None or override or dump or not directory:
+                return
+            try:
+                carrier.looked_up(self.key, directory)
+            except Exception as exc:  # noqa: BLE001 - a kernel cache must not stop the engine
+                logger.warning("foundry: Triton cache entry %s not carried (%s)", self.key, exc)
+
+    return CarriedCacheManager

@@ -1,0 +1,340 @@
+"""Host caches carried in the archive (foundry_core.engine.host_caches, .triton_cache, the vLLM
+plugin's compile_cache, `foundry verify`): what SAVE carries, what LOAD puts back on a fresh
+host, and what it refuses. Triton is a stand-in with Triton's file-cache semantics."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import types
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from foundry_core.engine import host_caches, triton_cache, worker
+from foundry_core.engine.host_caches import CacheTree, HostCaches, parse_list
+from foundry_core.engine.mode import Mode
+from foundry_core.engine.triton_cache_manager import manager_class
+from foundry_core.errors import FormatError
+from foundry_core.verify import FAIL, OK, verify_archive
+
+from vllm_foundry import compile_cache
+
+# ---- a Triton stand-in: FileCacheManager's behaviour, knobs.cache.manager_class ----------------
+
+
+class FakeFileCacheManager:
+    """Triton's FileCacheManager as it behaves: a key directory under TRITON_CACHE_DIR made on
+    construction, files put through a temporary directory, groups naming members by absolute path."""
+
+    def __init__(self, key, override=False, dump=False):
+        self.key = key
+        self.cache_dir = os.path.join(os.environ["TRITON_CACHE_DIR"], key)
+        os.makedirs(self.cache_dir, exist_ok=True)
+
+    def put(self, data, filename, binary=True):
+        tmp = os.path.join(self.cache_dir, f"tmp.pid_{os.getpid()}_{uuid.uuid4()}")
+        os.makedirs(tmp)
+        path = os.path.join(self.cache_dir, filename)
+        Path(tmp, filename).write_bytes(data if isinstance(data, bytes) else str(data).encode())
+        os.replace(os.path.join(tmp, filename), path)
+        os.removedirs(tmp)
+        return path
+
+    def put_group(self, filename, group):
+        return self.put(json.dumps({"child_paths": group}), f"__grp__{filename}")
+
+    def get_group(self, filename):
+        path = os.path.join(self.cache_dir, f"__grp__{filename}")
+        if not os.path.exists(path):
+            return None
+        children = json.loads(Path(path).read_text())["child_paths"]
+        return {name: p for name, p in children.items() if os.path.exists(p)}
+
+
+class FakeCacheKnobs:
+    def __init__(self):
+        self.chosen = None
+        self.env_choice = None  # what TRITON_CACHE_MANAGER would give
+
+    manager_class = property(lambda self: self.chosen if self.chosen is not None else self.env_choice,
+                             lambda self, cls: setattr(self, "chosen", cls),
+                             lambda self: setattr(self, "chosen", None))
+
+
+@pytest.fixture
+def fake_triton(monkeypatch, tmp_path):
+    knobs = types.ModuleType("triton.knobs")
+    knobs.cache = FakeCacheKnobs()
+    cache_module = types.ModuleType("triton.runtime.cache")
+    cache_module.FileCacheManager = FakeFileCacheManager
+    package = types.ModuleType("triton")
+    package.knobs = knobs
+    for name, module in {"triton": package, "triton.knobs": knobs, "triton.runtime": types.ModuleType("x"),
+                         "triton.runtime.cache": cache_module}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    manager_class.cache_clear()
+    yield knobs.cache
+    triton_cache.uninstall()
+    manager_class.cache_clear()
+
+
+def compile_kernel(key: str) -> FakeFileCacheManager:
+    """What Triton does for a kernel it has not compiled: opens the key, puts the files and group."""
+    manager = (triton_cache.current() and sys.modules["triton"].knobs.cache.manager_class or FakeFileCacheManager)(key)
+    paths = {name: manager.put(f"{key}:{name}".encode(), name) for name in ("k.cubin", "k.json")}
+    manager.put_group("k.json", paths)
+    return manager
+
+
+def open_kernel(key: str) -> dict | None:
+    """What Triton does at a later start: opens the key and reads the group."""
+    return sys.modules["triton"].knobs.cache.manager_class(key).get_group("k.json")
+
+
+# ---- HostCaches ---------------------------------------------------------------------------------
+
+
+def tree_of(root: Path, files: dict[str, bytes]) -> Path:
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return root
+
+
+def test_a_tree_carried_at_save_is_put_back_where_a_fresh_host_lacks_it(tmp_path):
+    host = tree_of(tmp_path / "host", {"c/H/a.bin": b"a", "c/H/sub/b.bin": b"bb", "c/H/tmp.pid_1_x/partial": b"?",
+                                       "c/H/.b.bin.tmp.9.abcd": b"?", "c/other/x": b"x"})
+    archive = tmp_path / "archive"
+    caches = HostCaches(archive, archive / "rank0")
+    done = caches.add_tree("comp", host, "c/H")
+    caches.write_list()
+    assert (done.files, done.bytes) == (2, 3)  # unfinished writes and other keys left out
+    assert sorted(caches.paths("comp")) == ["c/H/a.bin", "c/H/sub/b.bin"]
+
+    fresh = tree_of(tmp_path / "fresh", {"c/H/a.bin": b"host's own"})
+    loaded = HostCaches.read(archive, archive / "rank0")
+    done = loaded.restore_tree("comp", fresh)
+    assert (done.files, done.present, done.refused) == (1, 1, 0)
+    assert (fresh / "c/H/sub/b.bin").read_bytes() == b"bb"
+    assert (fresh / "c/H/a.bin").read_bytes() == b"host's own"  # never overwritten
+
+
+def test_keep_leaves_files_out(tmp_path):
+    host = tree_of(tmp_path / "host", {"H/rank_0_0/m": b"0", "H/rank_1_0/m": b"1", "H/inductor/k": b"k"})
+    caches = HostCaches(tmp_path / "a", tmp_path / "a" / "rank0")
+    caches.add_tree("comp", host, "H", keep=compile_cache.own_rank_only("rank_0_0"))
+    assert sorted(caches.paths("comp")) == ["H/inductor/k", "H/rank_0_0/m"]
+
+
+def test_ranks_carrying_the_same_file_store_it_once(tmp_path):
+    host = tree_of(tmp_path / "host", {"H/shared": b"same"})
+    archive = tmp_path / "a"
+    first, second = HostCaches(archive, archive / "rank0"), HostCaches(archive, archive / "rank1")
+    assert first.add_tree("comp", host, "H").files == 1
+    assert second.add_tree("comp", host, "H").present == 1
+    (host / "H/shared").write_bytes(b"other bytes")  # a rank whose file differs lists none
+    third = HostCaches(archive, archive / "rank2")
+    assert third.add_tree("comp", host, "H").refused == 1 and third.paths("comp") == []
+
+
+def test_a_corrupt_carried_file_leaves_the_whole_tree_to_the_engine(tmp_path, caplog):
+    host = tree_of(tmp_path / "host", {"H/a": b"aaaa", "H/b": b"bbbb"})
+    archive = tmp_path / "a"
+    caches = HostCaches(archive, archive / "rank0")
+    caches.add_tree("comp", host, "H")
+    caches.write_list()
+    (archive / "host_caches/comp/H/b").write_bytes(b"bbbX")
+    fresh = tmp_path / "fresh"
+    with caplog.at_level(logging.WARNING, logger="foundry"):
+        done = HostCaches.read(archive, archive / "rank0").restore_tree("comp", fresh)
+    assert done.files == 0 and done.refused == 2 and not fresh.exists()
+    assert "comp file H/b not used: its size or SHA-256 differs" in caplog.text
+
+
+def test_an_unreadable_list_is_logged_and_nothing_is_carried(tmp_path, caplog):
+    (tmp_path / "rank0").mkdir()
+    (tmp_path / "rank0" / host_caches.LIST_NAME).write_text("{not json")
+    with caplog.at_level(logging.WARNING, logger="foundry"):
+        assert HostCaches.read(tmp_path, tmp_path / "rank0") is None
+    assert "host caches are not used" in caplog.text and "not valid JSON" in caplog.text
+    assert HostCaches.read(tmp_path / "none", tmp_path / "none" / "rank0") is None  # none carried: silent
+
+
+@pytest.mark.parametrize("path", ["../x", "/etc/passwd", "a//b", "a/./b", "a\\b", ""])
+def test_a_list_naming_a_path_outside_the_archive_is_refused(tmp_path, path):
+    data = {"format": "foundry-host-caches", "version": 1, "caches": {"c": {path: {"size": 1, "sha256": "0" * 64}}}}
+    with pytest.raises(FormatError, match="not a relative path inside the archive"):
+        parse_list(data, tmp_path / "l.json")
+
+
+def test_carrying_can_be_turned_off():
+    assert host_caches.enabled({}) and not host_caches.enabled({"FOUNDRY_HOST_CACHES": "0"})
+
+
+# ---- Triton ----------------------------------------------------------------------------------
+
+
+def test_a_fresh_host_loads_the_kernels_the_save_start_used(fake_triton, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "save-host"))
+    compile_kernel("WARM")  # in the host's cache before the SAVE start
+    triton_cache.install(triton_cache.TritonCarrier())
+    assert fake_triton.manager_class is manager_class()
+    assert open_kernel("WARM") is not None  # a SAVE start that found it: carried too
+    compile_kernel("NEW")
+    archive = tmp_path / "archive"
+    caches = HostCaches(archive, archive / "rank0")
+    assert triton_cache.current().carry(caches).files == 6
+    caches.write_list()
+    group = json.loads((archive / "host_caches/triton/NEW/__grp__k.json").read_text())
+    assert group["child_paths"]["k.cubin"] == f"{triton_cache.KEY_DIR}/k.cubin"  # no host path stored
+    triton_cache.uninstall()
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "fresh-host"))
+    carrier = triton_cache.TritonCarrier(HostCaches.read(archive, archive / "rank0"))
+    assert triton_cache.install(carrier)
+    found = open_kernel("NEW")
+    key_dir = tmp_path / "fresh-host" / "NEW"
+    assert found == {"k.cubin": str(key_dir / "k.cubin"), "k.json": str(key_dir / "k.json")}
+    assert (key_dir / "k.cubin").read_bytes() == b"NEW:k.cubin"
+    assert open_kernel("UNKNOWN") is None  # not carried: Triton compiles as usual
+    assert carrier.seeded.files == 3 and not (tmp_path / "fresh-host" / "WARM").exists()  # only keys looked up
+
+
+def test_a_kernel_already_on_the_host_is_left_alone(fake_triton, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "host"))
+    triton_cache.install(triton_cache.TritonCarrier())
+    compile_kernel("K")
+    archive = tmp_path / "archive"
+    caches = HostCaches(archive, archive / "rank0")
+    triton_cache.current().carry(caches)
+    caches.write_list()
+    triton_cache.uninstall()
+    carrier = triton_cache.TritonCarrier(HostCaches.read(archive, archive / "rank0"))
+    triton_cache.install(carrier)
+    assert open_kernel("K") is not None and carrier.seeded.files == 0 and carrier.seeded.present == 3
+
+
+def test_a_users_own_cache_manager_is_kept(fake_triton, caplog):
+    fake_triton.env_choice = FakeFileCacheManager
+    with caplog.at_level(logging.INFO, logger="foundry"):
+        assert not triton_cache.install(triton_cache.TritonCarrier())
+    assert triton_cache.current() is None and fake_triton.manager_class is FakeFileCacheManager
+    assert "chooses another cache manager" in caplog.text
+
+
+def test_without_triton_nothing_is_installed(monkeypatch):
+    monkeypatch.setitem(sys.modules, "triton", None)
+    assert not triton_cache.install(triton_cache.TritonCarrier()) and triton_cache.current() is None
+
+
+def test_a_carrier_failure_never_fails_triton(fake_triton, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "host"))
+    carrier = triton_cache.TritonCarrier()
+    monkeypatch.setattr(carrier, "looked_up", lambda key, directory: 1 / 0)
+    triton_cache.install(carrier)
+    with caplog.at_level(logging.WARNING, logger="foundry"):
+        assert compile_kernel("K").get_group("k.json") is not None
+    assert "Triton cache entry K not carried" in caplog.text
+
+
+# ---- vLLM's compile cache ----------------------------------------------------------------------
+
+
+def test_the_compile_directories_vllm_used(tmp_path):
+    root = tmp_path / "vllm"
+    aot = root / "torch_compile_cache/torch_aot_compile/abc123"
+    pieces = root / "torch_compile_cache/0f1e2d"
+    for d in (aot / "rank_0_0", pieces / "rank_0_0/backbone"):
+        d.mkdir(parents=True)
+    assert compile_cache.hash_dir(aot / "rank_0_0/model", root) == "torch_compile_cache/torch_aot_compile/abc123"
+    assert compile_cache.hash_dir(pieces / "rank_0_0/backbone", root) == "torch_compile_cache/0f1e2d"
+    assert compile_cache.hash_dir(tmp_path / "elsewhere", root) is None
+    assert compile_cache.hash_dir("", root) is None
+    config = SimpleNamespace(cache_dir=str(pieces), local_cache_dir=str(aot))
+    assert compile_cache.used_dirs(config, root) == ("torch_compile_cache/0f1e2d",
+                                                    "torch_compile_cache/torch_aot_compile/abc123")
+    vllm_config = SimpleNamespace(compilation_config=SimpleNamespace(cache_dir="", local_cache_dir=str(aot)),
+                                  parallel_config=SimpleNamespace(rank=1, data_parallel_index=0))
+    tree = compile_cache.tree(vllm_config, root)
+    assert tree.used == ("torch_compile_cache/torch_aot_compile/abc123",)
+    assert tree.keep("x/rank_1_0/model") and not tree.keep("x/rank_0_0/model") and tree.keep("x/inductor_cache/k")
+
+
+# ---- the runtime: SAVE carries after the warmup, LOAD puts back at launch -----------------------
+
+
+class CarryingRuntime(worker.WorkerRuntime):
+    carries_host_caches = True
+
+    def __init__(self, session, root: Path, used: tuple[str, ...] = ()):
+        super().__init__(session, adapter=None)
+        self.tree = CacheTree("comp", root, used)
+
+    def host_cache_trees(self):
+        return [self.tree]
+
+
+def session_at(archive: Path, mode: Mode) -> SimpleNamespace:
+    return SimpleNamespace(mode=mode, archive=archive, rank_dir=archive / "rank0", begin=lambda: None)
+
+
+def test_the_runtime_carries_at_save_and_restores_at_load(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(triton_cache, "install", lambda carrier: False)
+    host = tree_of(tmp_path / "host", {"cc/H/rank_0_0/model": b"compiled", "cc/H/inductor/k.py": b"code"})
+    archive = tmp_path / "archive"
+    saving = CarryingRuntime(session_at(archive, Mode.SAVE), host, ("cc/H",)).launch(0, archive)
+    saving.carry_caches_out()
+    assert not (archive / "rank0" / host_caches.LIST_NAME).exists()  # nothing saved, nothing carried
+    saving.saved = True
+    with caplog.at_level(logging.INFO, logger="foundry"):
+        saving.carry_caches_out()
+    assert "compile caches carried in the archive: 2 files" in caplog.text
+    checks = {c.name: c for c in verify_archive(archive)}
+    assert checks["host caches"].status == OK and "2 carried files" in checks["host caches"].detail
+
+    fresh = tmp_path / "fresh"
+    CarryingRuntime(session_at(archive, Mode.LOAD), fresh).launch(0, archive)
+    assert (fresh / "cc/H/rank_0_0/model").read_bytes() == b"compiled"
+    monkeypatch.setenv("FOUNDRY_HOST_CACHES", "0")
+    off = tmp_path / "off"
+    CarryingRuntime(session_at(archive, Mode.LOAD), off).launch(0, archive)
+    assert not off.exists()
+    monkeypatch.delenv("FOUNDRY_HOST_CACHES")
+    CarryingRuntime.carries_host_caches = False  # a plugin that does not carry (SGLang's)
+    try:
+        CarryingRuntime(session_at(archive, Mode.LOAD), off).launch(0, archive)
+    finally:
+        CarryingRuntime.carries_host_caches = True
+    assert not off.exists()
+
+
+def test_verify_names_a_carried_file_that_changed(tmp_path):
+    host = tree_of(tmp_path / "host", {"H/a": b"aaaa"})
+    archive = tmp_path / "archive"
+    (archive / "rank0").mkdir(parents=True)
+    caches = HostCaches(archive, archive / "rank0")
+    caches.add_tree("comp", host, "H")
+    caches.write_list()
+    (archive / "host_caches/comp/H/a").write_bytes(b"aaaX")
+    (archive / "host_caches/comp/H/left-by-an-earlier-save").write_bytes(b"")
+    check = {c.name: c for c in verify_archive(archive)}["host caches"]
+    assert check.status == FAIL and "host_caches/comp/H/a differs from its size or SHA-256" in check.detail
+
+
+def test_vllm_carries_after_its_warmup_at_save_and_reports_at_load(caplog):
+    from vllm_foundry import worker_patches
+
+    calls = []
+    rt = SimpleNamespace(mode=Mode.SAVE, carry_caches_out=lambda: calls.append("carry"),
+                         seeded_summary=lambda: "Triton kernels from the archive: 3 files")
+    worker_patches._after_warmup(rt)
+    assert calls == ["carry"]
+    rt.mode = Mode.LOAD
+    with caplog.at_level(logging.INFO, logger="foundry.vllm"):
+        worker_patches._after_warmup(rt)
+    assert calls == ["carry"] and "foundry: Triton kernels from the archive: 3 files" in caplog.text
