@@ -65,11 +65,12 @@ class PluginRegistration:
         model)."""
         if settings.mode is Mode.OFF:
             return
+        if not self.activated:
+            setup_logging()  # first: what child_environment decides is logged
         os.environ.update(child_environment(settings))
         if self.activated:
             return
         self.activated = True
-        setup_logging()
         install_seams()
         self.log.debug("foundry: %s active (mode %s, archive %s)", self.plugin, settings.mode, settings.archive)
 

@@ -4,6 +4,7 @@ host, and what it refuses. Triton is a stand-in with Triton's file-cache semanti
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -262,6 +263,16 @@ def test_the_compile_directories_vllm_used(tmp_path):
                                   parallel_config=SimpleNamespace(rank=1, data_parallel_index=0))
     tree = compile_cache.tree(vllm_config, root)
     assert tree.used == ("torch_compile_cache/torch_aot_compile/abc123",)
+    # A start that compiled: vLLM's backend replaced local_cache_dir with its pieces' directory;
+    # the compiled module still names its AOT directory.
+    vllm_config.compilation_config = SimpleNamespace(cache_dir=str(pieces),
+                                                     local_cache_dir=str(pieces / "rank_0_0/backbone"))
+    compiled = SimpleNamespace(_aot_cache_dir=str(aot / "rank_1_0"))
+    model = SimpleNamespace(modules=lambda: iter([SimpleNamespace(), compiled]))
+    assert compile_cache.tree(vllm_config, root, model=model).used == (
+        "torch_compile_cache/0f1e2d", "torch_compile_cache/torch_aot_compile/abc123")
+    assert compile_cache.aot_dirs(SimpleNamespace(runnable=model)) == (str(aot / "rank_1_0"),)
+    assert compile_cache.aot_dirs(None) == ()
     assert tree.keep("x/rank_1_0/model") and not tree.keep("x/rank_0_0/model") and tree.keep("x/inductor_cache/k")
 
 
@@ -338,3 +349,31 @@ def test_vllm_carries_after_its_warmup_at_save_and_reports_at_load(caplog):
     with caplog.at_level(logging.INFO, logger="foundry.vllm"):
         worker_patches._after_warmup(rt)
     assert calls == ["carry"] and "foundry: Triton kernels from the archive: 3 files" in caplog.text
+
+
+def test_the_first_process_gets_the_model_info_before_vllm_inspects_the_model(tmp_path, monkeypatch):
+    register = importlib.import_module("vllm_foundry.register")  # the package exports the function
+    saved_root = tree_of(tmp_path / "save-host", {"modelinfos/qwen3-Qwen3ForCausalLM.json": b'{"hash": "h"}',
+                                                  "torch_compile_cache/abc/rank_0_0/m": b"m"})
+    vllm_config = SimpleNamespace(compilation_config=SimpleNamespace(cache_dir=str(saved_root / "torch_compile_cache/abc"),
+                                                                     local_cache_dir=""),
+                                  parallel_config=SimpleNamespace(rank=0, data_parallel_index=0))
+    tree = compile_cache.tree(vllm_config, saved_root)
+    assert tree.used == ("torch_compile_cache/abc", "modelinfos")
+    archive = tmp_path / "archive"
+    caches = HostCaches(archive, archive / "rank0")
+    for sub in tree.used:
+        caches.add_tree(tree.cache, tree.root, sub)
+    caches.write_list()
+
+    fresh = tmp_path / "fresh"
+    monkeypatch.setattr(compile_cache, "cache_root", lambda: fresh)
+    settings = SimpleNamespace(mode=Mode.LOAD, archive=archive)
+    register._restore_model_info(settings)
+    assert (fresh / "modelinfos/qwen3-Qwen3ForCausalLM.json").read_bytes() == b'{"hash": "h"}'
+    assert not (fresh / "torch_compile_cache").exists()  # the worker's, not the first process's
+    for mode, archive_dir in ((Mode.SAVE, archive), (Mode.LOAD, tmp_path / "no-archive")):
+        other = tmp_path / f"other-{mode}"
+        monkeypatch.setattr(compile_cache, "cache_root", lambda other=other: other)
+        register._restore_model_info(SimpleNamespace(mode=mode, archive=archive_dir))
+        assert not other.exists()

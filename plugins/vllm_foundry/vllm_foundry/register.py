@@ -24,13 +24,13 @@ from __future__ import annotations
 import logging
 import os
 
-from foundry_core.engine import Settings, preload_active, prepare_child_environment, resolve_settings
+from foundry_core.engine import Mode, Settings, host_caches, preload_active, prepare_child_environment, resolve_settings
 from foundry_core.engine.environment import STRICT_ENV, plugin_child_environment
 from foundry_core.engine.logs import LOG_ENV, setup_logging
 from foundry_core.engine.options import env_flag
 from foundry_core.engine.registration import PluginRegistration
 
-from vllm_foundry import capture_patches, cli, compile_artifact, modes, piecewise, worker_patches
+from vllm_foundry import capture_patches, cli, compile_artifact, compile_cache, modes, piecewise, worker_patches
 
 logger = logging.getLogger("foundry.vllm")
 
@@ -100,6 +100,20 @@ def activate(settings: Settings) -> None:
     """Makes Foundry active in this process (idempotent): environment, logging, and the worker
     and capture seams where a worker may run."""
     _REGISTRATION.activate(settings, child_environment, _install_seams_here)
+    _restore_model_info(settings)
+
+
+def _restore_model_info(settings: Settings) -> None:
+    """Before vLLM inspects the model's class (compile_cache.restore_model_info)."""
+    if settings.mode not in (Mode.LOAD, Mode.AUTO) or settings.archive is None or not host_caches.enabled():
+        return
+    try:
+        copied = compile_cache.restore_model_info(settings.archive)
+    except (OSError, ImportError) as exc:
+        logger.debug("foundry: vLLM's model info not taken from the archive (%s)", exc)
+        return
+    if copied is not None and copied.files:
+        logger.info("foundry: vLLM's model info from the archive: %s", copied.describe())
 
 
 def _install_seams_here() -> None:

@@ -79,7 +79,8 @@ class WorkerRuntime(worker.WorkerRuntime):
     def host_cache_trees(self) -> list[CacheTree]:
         """vLLM's torch.compile cache (compile_cache.py); Triton's is carried by the core."""
         try:
-            return [compile_cache.tree(self.adapter.config)]
+            model = getattr(getattr(self.worker, "model_runner", None), "model", None)
+            return [compile_cache.tree(self.adapter.config, model=model)]
         except ImportError as exc:  # vllm.envs: only outside a vLLM process
             logger.debug("foundry: vLLM's compile cache not carried (%s)", exc)
             return []
