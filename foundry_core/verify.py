@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from foundry_core.engine.host_caches import CACHES_DIR, LIST_NAME, carried_files, file_digest
+from foundry_core.engine.host_caches import BLOB_NAME, CACHES_DIR, LIST_NAME, file_digest, listed_blobs
 from foundry_core.engine.layout import ENGINE_INFO_NAME
 from foundry_core.engine.state import STATE_NAME
 from foundry_core.errors import FoundryError
@@ -275,24 +275,27 @@ def _root_checks(root: Path, ranks: list[tuple[str | None, Path]]) -> list[Check
 
 
 def _host_cache_check(root: Path, lists: list[Path]) -> Check:
-    """Every carried file a rank lists is present with its size and SHA-256; files no rank
-    lists (an earlier SAVE's) are counted, not failed: LOAD never reads them."""
+    """Every carried file a rank lists is present, a regular file, with its size and SHA-256;
+    nothing else is in ``host_caches/`` but files named by their SHA-256 (those no rank lists, an
+    earlier SAVE's, are counted, not failed: LOAD never reads them)."""
     try:
-        listed = carried_files(root, lists)
+        listed = listed_blobs(lists)
     except FoundryError as exc:
         return Check("host caches", FAIL, str(exc))
     base = root / CACHES_DIR
+    if base.is_symlink():
+        return Check("host caches", FAIL, f"{CACHES_DIR} is a symbolic link")
     problems = []
-    for name, entry in sorted(listed.items()):
-        path = base / name
-        if path.is_symlink() or not path.is_file():
-            problems.append(f"{CACHES_DIR}/{name} is missing")
-        elif file_digest(path) != entry:
-            problems.append(f"{CACHES_DIR}/{name} differs from its size or SHA-256")
-    present = [Path(d, f).relative_to(base).as_posix() for d, _, fs in os.walk(base) for f in fs] \
-        if base.is_dir() else []
-    problems += [f"{CACHES_DIR}/{n} is a symbolic link" for n in present if (base / n).is_symlink()]
-    unlisted = len(set(present) - set(listed))
+    for sha, entry in sorted(listed.items()):
+        try:
+            if file_digest(base / sha) != entry:
+                problems.append(f"{CACHES_DIR}/{sha} differs from its size or SHA-256")
+        except OSError as exc:
+            problems.append(f"{CACHES_DIR}/{sha}: {exc.strerror or exc}")
+    present = sorted(base.iterdir()) if base.is_dir() else []
+    problems += [f"unexpected file {CACHES_DIR}/{p.name}" for p in present
+                 if not BLOB_NAME.fullmatch(p.name) or p.is_symlink() or not p.is_file()]
+    unlisted = len({p.name for p in present if BLOB_NAME.fullmatch(p.name)} - set(listed))
     size = sum(e.size for e in listed.values())
     detail = f"{len(listed)} carried files ({size / 2**20:.1f} MiB), checksums valid" + (
         f"; {unlisted} files no rank lists (LOAD does not read them)" if unlisted else "")

@@ -4,19 +4,22 @@ node, a new container) does not compile it again.
 
 ::
 
-    <archive>/host_caches/<cache>/<path>   the files (shared by the ranks)
-    <archive>/rank<r>/host_caches.json     rank r's list: cache -> {path: {size, sha256}}
+    <archive>/host_caches/<sha256>         the carried files, named by their content
+    <archive>/rank<r>/host_caches.json     rank r's list: cache -> {path in the cache: {size, sha256}}
 
-Both caches key their entries by content (hashes of source, compiler and GPU in the directory
-names), so a path names the same bytes on every host with the same software, and ranks that carry
-the same file write it once. SAVE adds the files after the engine's warmup (the graphs are already
-complete: a start that dies here leaves a usable archive without caches). LOAD copies a listed file
-into the host's cache only where the host lacks it, after checking its size and SHA-256 against the
-list; when one does not match, none of its tree (a Triton kernel, vLLM's compile directory) is
-copied and a warning names it: the engine compiles that entry itself, as a start without the
-archive does. Every copy is a temporary file renamed into
-place, so a reader of the host's cache (another process starting beside this one) never sees a
-partial file. ``FOUNDRY_HOST_CACHES=0`` turns carrying off.
+Files are stored by content, so ranks that carry the same bytes store them once, a later SAVE into
+the same archive adds what changed without touching what a list still names, and a name always
+means the same bytes (two writers of one file write the same thing). SAVE adds the files after
+the engine's warmup (the graphs are already complete: a start that dies here leaves a usable
+archive without caches).
+
+LOAD copies a listed file into the host's cache only where the host has nothing at that path, in
+units (a Triton kernel, vLLM's compile directory of a model) that are used whole or not at all:
+every file of a unit is first copied beside its place and checked against its size and SHA-256,
+then all are renamed into place, the files that make the unit visible to its reader (Triton's
+group file, vLLM's compiled model) last. A unit with a file that fails its check is not used and a
+warning names the file: the engine compiles that entry itself, as a start without the archive
+does. ``FOUNDRY_HOST_CACHES=0`` turns carrying off.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
+import stat
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -41,6 +46,7 @@ CACHES_DIR = "host_caches"
 LIST_NAME = "host_caches.json"
 LIST_FORMAT = "foundry-host-caches"
 LIST_VERSION = 1
+BLOB_NAME = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 1 << 20
 
 
@@ -50,21 +56,29 @@ def enabled(environ: Any = None) -> bool:
 
 
 @dataclass(frozen=True)
+class Entry:
+    size: int
+    sha256: str
+
+    @classmethod
+    def of(cls, content: bytes) -> Entry:
+        return cls(len(content), hashlib.sha256(content).hexdigest())
+
+
+@dataclass(frozen=True)
 class CacheTree:
     """A cache an engine reads compiled code from, other than Triton's: ``cache`` names it in the
     archive, ``root`` is its directory on this host, ``used`` the directories under ``root`` this
-    start used (what SAVE carries), ``keep(path)`` leaves files out (another rank's)."""
+    start used (what SAVE carries), ``keep(path)`` leaves files out (another rank's),
+    ``unit(path)`` names the unit a file is restored with (default: the whole cache), ``last(path)``
+    marks the files a unit's reader looks for first (placed after the others)."""
 
     cache: str
     root: Path
     used: tuple[str, ...] = ()
     keep: Callable[[str], bool] | None = None
-
-
-@dataclass(frozen=True)
-class Entry:
-    size: int
-    sha256: str
+    unit: Callable[[str], str] | None = None
+    last: Callable[[str], bool] | None = None
 
 
 @dataclass
@@ -96,32 +110,38 @@ def _safe_path(path: str) -> PurePosixPath | None:
     return p
 
 
+def _is_temporary(name: str) -> bool:
+    """A writer's unfinished file or directory: Triton's ``tmp.pid_*``, ours and Inductor's
+    ``.*.tmp*``, vLLM's ``model.<pid>.tmp``."""
+    return name.startswith("tmp.") or name.endswith(".tmp") or ".tmp." in name
+
+
+def _temporary_beside(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+
+
+def open_regular(path: Path, expected_size: int | None = None) -> int:
+    """A descriptor of ``path`` when it is a regular file (not a link, FIFO or device; of
+    ``expected_size`` bytes when given), else OSError naming why."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or (expected_size is not None and st.st_size != expected_size):
+        os.close(fd)
+        why = "not a regular file" if not stat.S_ISREG(st.st_mode) else \
+            f"{st.st_size} bytes, the list says {expected_size}"
+        raise OSError(f"{path}: {why}")
+    return fd
+
+
 def file_digest(path: Path) -> Entry:
+    """Size and SHA-256 of a regular file (OSError for anything else)."""
     h = hashlib.sha256()
     size = 0
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path), "rb") as f:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
             size += len(chunk)
     return Entry(size, h.hexdigest())
-
-
-def write_new(target: Path, content: bytes) -> bool:
-    """Writes ``content`` to ``target`` unless it exists: a temporary file beside it, then a
-    rename (readers never see a partial file; of two writers, the first keeps its file). Returns
-    whether this call wrote it."""
-    if target.exists():
-        return False
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-    try:
-        tmp.write_bytes(content)
-        if target.exists():
-            return False
-        os.replace(tmp, target)
-        return True
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 class HostCaches:
@@ -138,42 +158,42 @@ class HostCaches:
     def add_tree(self, cache: str, source: str | os.PathLike, sub: str = "",
                  rewrite: Callable[[str, bytes], bytes] | None = None,
                  keep: Callable[[str], bool] | None = None) -> Copied:
-        """Adds every file under ``source/sub`` to cache ``cache`` at its path relative to
-        ``source``, except those whose path ``keep`` refuses. ``rewrite(path, content)`` may change
-        a file's bytes before they are stored (e.g. an absolute path of this host inside it).
-        Files that vanish while walked are left out."""
+        """Adds every regular file under ``source/sub`` to cache ``cache`` at its path relative
+        to ``source``, except unfinished writes and those ``keep`` refuses. ``rewrite(path,
+        content)`` may change a file's bytes before they are stored (an absolute path of this host
+        inside it). Files that vanish while walked are left out."""
         base = Path(source)
         done = Copied()
-        top = base / sub if sub else base
-        for dirpath, dirnames, filenames in os.walk(top):
-            dirnames[:] = [d for d in dirnames if not d.startswith("tmp.")]  # a writer's unfinished files
+        for dirpath, dirnames, filenames in os.walk(base / sub if sub else base):
+            dirnames[:] = [d for d in dirnames if not _is_temporary(d)]
             for name in filenames:
                 path = Path(dirpath, name)
                 rel = path.relative_to(base).as_posix()
-                if (name.startswith(".") and ".tmp." in name) or path.is_symlink() or _safe_path(rel) is None \
-                        or (keep is not None and not keep(rel)):
+                if _is_temporary(name) or _safe_path(rel) is None or (keep is not None and not keep(rel)):
                     continue
                 try:
-                    content = path.read_bytes()
+                    with os.fdopen(open_regular(path), "rb") as f:
+                        content = f.read()
                 except OSError:
                     continue
-                if rewrite is not None:
-                    content = rewrite(rel, content)
-                self._store(cache, rel, content, done)
+                self._store(cache, rel, rewrite(rel, content) if rewrite is not None else content, done)
         return done
 
     def _store(self, cache: str, rel: str, content: bytes, done: Copied) -> None:
-        entry = Entry(len(content), hashlib.sha256(content).hexdigest())
-        target = self.root / cache / rel
-        if write_new(target, content):
+        entry = Entry.of(content)
+        blob = self.root / entry.sha256
+        if os.path.lexists(blob):
+            done.present += 1
+        else:
+            blob.parent.mkdir(parents=True, exist_ok=True)
+            tmp = _temporary_beside(blob)
+            try:
+                tmp.write_bytes(content)
+                os.replace(tmp, blob)  # a concurrent writer of this name writes the same bytes
+            finally:
+                tmp.unlink(missing_ok=True)
             done.files += 1
             done.bytes += entry.size
-        elif file_digest(target) == entry:
-            done.present += 1
-        else:  # another rank's different bytes under the same key: keep theirs, list none
-            logger.warning("foundry: %s/%s in the archive differs from this host's; not carried", cache, rel)
-            done.refused += 1
-            return
         self.entries.setdefault(cache, {})[rel] = entry
 
     def write_list(self) -> None:
@@ -190,7 +210,7 @@ class HostCaches:
         """This rank's carried caches, or None when the archive carries none. A list that cannot
         be read is logged and treated as none (the start compiles, as without the archive)."""
         caches = cls(archive, rank_dir)
-        if not caches.list_path.exists() and not caches.list_path.is_symlink():
+        if not os.path.lexists(caches.list_path):
             return None
         try:
             caches.entries = parse_list(read_json_file(caches.list_path, LIST_NAME), caches.list_path)
@@ -205,48 +225,86 @@ class HostCaches:
         return [rel for rel in self.entries.get(cache, {}) if rel.startswith(start)]
 
     def restore_tree(self, cache: str, target: str | os.PathLike, prefix: str = "", *, strip: bool = False,
-                     rewrite: Callable[[str, bytes], bytes] | None = None) -> Copied:
-        """Copies the carried files of ``cache`` under ``prefix`` that ``target`` lacks into it, at
-        their paths (``strip``: relative to ``prefix``). All or nothing: when one file's size or
-        SHA-256 differs from the list, none is copied (a compiled entry missing a part would
-        not load) and a warning names it. ``rewrite(path, content)`` adapts a file to this host."""
-        done = Copied()
-        wanted: list[tuple[Path, str, bytes]] = []
+                     rewrite: Callable[[str, bytes], bytes] | None = None,
+                     unit: Callable[[str], str] | None = None, last: Callable[[str], bool] | None = None) -> Copied:
+        """Copies the carried files of ``cache`` under ``prefix`` that ``target`` lacks into it,
+        at their paths (``strip``: relative to ``prefix``), one unit at a time (``unit(path)``,
+        default one unit), each whole or not at all (see the module). ``rewrite(path, content)``
+        adapts a file to this host; ``last(path)`` files are placed after the others of their
+        unit. An OSError while placing (a full disk) undoes the unit and is raised."""
         cut = len(prefix.rstrip("/")) + 1 if strip and prefix else 0
+        units: dict[str, list[str]] = {}
         for rel in self.paths(cache, prefix):
-            dest = Path(target) / rel[cut:]
-            if dest.exists():
-                done.present += 1
-                continue
-            content = self._verified(cache, rel, self.root / cache / rel)
-            if content is None:
-                done.refused += len(self.paths(cache, prefix)) - done.present
-                return done
-            wanted.append((dest, rel[cut:], content))
-        for dest, dest_rel, content in wanted:
-            if rewrite is not None:
-                content = rewrite(dest_rel, content)
-            if write_new(dest, content):
-                done.files += 1
-                done.bytes += len(content)
-            else:
-                done.present += 1
+            units.setdefault(unit(rel) if unit is not None else "", []).append(rel)
+        done = Copied()
+        for rels in units.values():
+            done.add(self._restore_unit(cache, Path(target), [(rel, rel[cut:]) for rel in rels], rewrite, last))
         return done
 
-    def _verified(self, cache: str, rel: str, source: Path) -> bytes | None:
-        expected = self.entries[cache][rel]
+    def _restore_unit(self, cache: str, target: Path, rels: list[tuple[str, str]],
+                      rewrite: Callable[[str, bytes], bytes] | None, last: Callable[[str], bool] | None) -> Copied:
+        done = Copied()
+        staged: list[tuple[Path, Path, str]] = []  # (temporary, destination, destination path)
         try:
-            if source.is_symlink():
-                raise OSError("a symbolic link")
-            content = source.read_bytes()
+            for rel, dest_rel in rels:
+                dest = target / dest_rel
+                if os.path.lexists(dest):
+                    done.present += 1
+                    continue
+                entry = self.entries[cache][rel]
+                tmp = self._stage(cache, rel, entry, dest)
+                if tmp is None:
+                    done.refused += len(rels) - done.present
+                    return Copied(present=done.present, refused=done.refused)
+                staged.append((tmp, dest, dest_rel))
+                if rewrite is not None:
+                    content = tmp.read_bytes()
+                    if (changed := rewrite(dest_rel, content)) != content:
+                        tmp.write_bytes(changed)
+            staged.sort(key=lambda s: last is not None and last(s[2]))
+            placed: list[Path] = []
+            try:
+                for tmp, dest, _ in staged:
+                    if os.path.lexists(dest):
+                        done.present += 1
+                        continue
+                    os.replace(tmp, dest)
+                    placed.append(dest)
+                    done.files += 1
+                    done.bytes += dest.stat().st_size
+            except OSError:
+                for dest in placed:
+                    dest.unlink(missing_ok=True)
+                raise
+            return done
+        finally:
+            for tmp, _, _ in staged:
+                tmp.unlink(missing_ok=True)
+
+    def _stage(self, cache: str, rel: str, entry: Entry, dest: Path) -> Path | None:
+        """Copies the blob of ``entry`` to a temporary file beside ``dest`` while checking it;
+        None (and a warning) when it is missing, not a regular file, or not the listed bytes."""
+        blob = self.root / entry.sha256
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temporary_beside(dest)
+        h = hashlib.sha256()
+        try:
+            if self.root.is_symlink():
+                raise OSError(f"{self.root} is a symbolic link")
+            with os.fdopen(open_regular(blob, entry.size), "rb") as src, open(tmp, "wb") as out:
+                while chunk := src.read(_CHUNK):
+                    h.update(chunk)
+                    out.write(chunk)
         except OSError as exc:
-            logger.warning("foundry: carried %s file %s not used: %s", cache, rel, exc)
+            tmp.unlink(missing_ok=True)
+            logger.warning("foundry: carried %s file %s not used (%s); the engine compiles its entry", cache, rel, exc)
             return None
-        if len(content) != expected.size or hashlib.sha256(content).hexdigest() != expected.sha256:
-            logger.warning("foundry: carried %s file %s not used: its size or SHA-256 differs from %s (%d bytes, "
-                           "expected %d)", cache, rel, self.list_path, len(content), expected.size)
+        if h.hexdigest() != entry.sha256:
+            tmp.unlink(missing_ok=True)
+            logger.warning("foundry: carried %s file %s not used: its SHA-256 differs from %s; the engine compiles "
+                           "its entry", cache, rel, self.list_path)
             return None
-        return content
+        return tmp
 
 
 def parse_list(data: Any, path: Path) -> dict[str, dict[str, Entry]]:
@@ -266,24 +324,22 @@ def parse_list(data: Any, path: Path) -> dict[str, dict[str, Entry]]:
             if _safe_path(rel) is None:
                 raise FormatError(f"{path}: {cache} path {rel!r} is not a relative path inside the archive")
             if not isinstance(entry, dict) or not isinstance(entry.get("size"), int) or entry["size"] < 0 \
-                    or not isinstance(entry.get("sha256"), str) or len(entry["sha256"]) != 64:
-                raise FormatError(f"{path}: {cache}/{rel} needs a size and a sha256")
+                    or not isinstance(entry.get("sha256"), str) or not BLOB_NAME.fullmatch(entry["sha256"]):
+                raise FormatError(f"{path}: {cache}/{rel} needs a size and a sha256 (64 lowercase hex digits)")
             out.setdefault(cache, {})[rel] = Entry(entry["size"], entry["sha256"])
     return out
 
 
-def carried_files(archive: Path, lists: Iterable[Path]) -> dict[str, Entry]:
-    """Every file the ranks' lists name, as ``cache/path``; FormatError for a bad list or two
-    lists that disagree on a file."""
+def listed_blobs(lists: Iterable[Path]) -> dict[str, Entry]:
+    """Every carried file the ranks' lists name, by SHA-256; FormatError for a bad list."""
     out: dict[str, Entry] = {}
     for path in lists:
-        for cache, files in parse_list(read_json_file(path, LIST_NAME), path).items():
-            for rel, entry in files.items():
-                name = f"{cache}/{rel}"
-                if out.setdefault(name, entry) != entry:
-                    raise FormatError(f"{path}: {name} is listed with another size or SHA-256 by another rank")
+        for files in parse_list(read_json_file(path, LIST_NAME), path).values():
+            for entry in files.values():
+                if out.setdefault(entry.sha256, entry) != entry:
+                    raise FormatError(f"{path}: {entry.sha256} is listed with two sizes")
     return out
 
 
-__all__ = ["ENABLE_ENV", "CACHES_DIR", "LIST_NAME", "CacheTree", "HostCaches", "Copied", "Entry", "enabled", "file_digest",
-           "carried_files", "parse_list", "write_new"]
+__all__ = ["ENABLE_ENV", "CACHES_DIR", "LIST_NAME", "BLOB_NAME", "CacheTree", "HostCaches", "Copied", "Entry",
+           "enabled", "file_digest", "listed_blobs", "open_regular", "parse_list"]

@@ -25,7 +25,6 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any
 
 from foundry_core.engine.host_caches import Copied, HostCaches
 
@@ -65,21 +64,21 @@ class TritonCarrier:
 
     def __init__(self, source: HostCaches | None = None) -> None:
         self.source = source
-        self.used: dict[str, str] = {}  # key -> the key directory on this host
+        self.used: dict[str, str] = {}  # key directory on this host -> its key
         self.seeded = Copied()
         self._lock = threading.Lock()
 
     def looked_up(self, key: str, directory: str) -> None:
         """Triton's manager opened ``directory`` (the cache's directory of ``key``)."""
         with self._lock:
-            if key in self.used:
+            if directory in self.used:
                 return
-            self.used[key] = directory
+            self.used[directory] = key
             if self.source is None or not self.source.paths(CACHE, key):
                 return
             try:
                 copied = self.source.restore_tree(
-                    CACHE, directory, key, strip=True,
+                    CACHE, directory, key, strip=True, last=_is_group,
                     rewrite=lambda rel, content: _rewrite_group(content, KEY_DIR, directory) if _is_group(rel)
                     else content)
             except OSError as exc:
@@ -93,10 +92,9 @@ class TritonCarrier:
         with self._lock:
             used = dict(self.used)
         done = Copied()
-        for key, directory in sorted(used.items()):
-            parent = str(Path(directory).parent)
+        for directory, key in sorted(used.items()):
             done.add(caches.add_tree(
-                CACHE, parent, key,
+                CACHE, str(Path(directory).parent), key,
                 rewrite=lambda rel, content, d=directory: _rewrite_group(content, d, KEY_DIR) if _is_group(rel)
                 else content))
         return done
@@ -122,7 +120,11 @@ def install(carrier: TritonCarrier) -> bool:
         return False
     from foundry_core.engine.triton_cache_manager import manager_class
 
-    chosen = knobs.cache.manager_class
+    try:
+        chosen = knobs.cache.manager_class  # reads TRITON_CACHE_MANAGER, which may name a bad class
+    except Exception as exc:  # noqa: BLE001 - Triton reports the setting itself when it compiles
+        logger.warning("foundry: Triton's cache is not carried in the archive: %s is unusable (%s)", MANAGER_ENV, exc)
+        return False
     manager = manager_class()
     if chosen is not None and chosen is not manager:
         logger.info("foundry: Triton's cache is not carried in the archive: %s chooses another cache manager (%s)",
@@ -141,14 +143,10 @@ def uninstall() -> None:
         from triton import knobs
     except ImportError:
         return
-    if _carrier_manager_set(knobs):
-        del knobs.cache.manager_class  # back to TRITON_CACHE_MANAGER / the default
-
-
-def _carrier_manager_set(knobs: Any) -> bool:
     from foundry_core.engine.triton_cache_manager import manager_class
 
-    return knobs.cache.manager_class is manager_class()
+    if knobs.cache.manager_class is manager_class():
+        del knobs.cache.manager_class  # back to TRITON_CACHE_MANAGER / the default
 
 
 __all__ = ["CACHE", "KEY_DIR", "TritonCarrier", "current", "install", "uninstall"]

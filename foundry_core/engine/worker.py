@@ -218,7 +218,7 @@ class WorkerRuntime:
         done = Copied()
         for tree in self.host_cache_trees():
             try:
-                done.add(source.restore_tree(tree.cache, tree.root))
+                done.add(source.restore_tree(tree.cache, tree.root, unit=tree.unit, last=tree.last))
             except OSError as exc:
                 self.logger.warning("foundry: %s not taken from the archive (%s); the engine compiles", tree.cache, exc)
         if done.files or done.refused:

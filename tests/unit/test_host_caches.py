@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from foundry_core.engine import host_caches, triton_cache, worker
-from foundry_core.engine.host_caches import CacheTree, HostCaches, parse_list
+from foundry_core.engine.host_caches import CacheTree, Entry, HostCaches, parse_list
 from foundry_core.engine.mode import Mode
 from foundry_core.engine.triton_cache_manager import manager_class
 from foundry_core.errors import FormatError
@@ -107,14 +107,20 @@ def tree_of(root: Path, files: dict[str, bytes]) -> Path:
     return root
 
 
+def blob(archive: Path, content: bytes) -> Path:
+    return archive / host_caches.CACHES_DIR / Entry.of(content).sha256
+
+
 def test_a_tree_carried_at_save_is_put_back_where_a_fresh_host_lacks_it(tmp_path):
     host = tree_of(tmp_path / "host", {"c/H/a.bin": b"a", "c/H/sub/b.bin": b"bb", "c/H/tmp.pid_1_x/partial": b"?",
-                                       "c/H/.b.bin.tmp.9.abcd": b"?", "c/other/x": b"x"})
+                                       "c/H/.b.bin.tmp.9.abcd": b"?", "c/H/model.77.tmp": b"?",
+                                       "c/H/.x.3.4.tmp": b"?", "c/other/x": b"x"})
     archive = tmp_path / "archive"
     caches = HostCaches(archive, archive / "rank0")
     done = caches.add_tree("comp", host, "c/H")
     caches.write_list()
-    assert (done.files, done.bytes) == (2, 3)  # unfinished writes and other keys left out
+    assert (done.files, done.bytes) == (2, 3)  # unfinished writes (Triton's, ours, vLLM's, Inductor's) left out
+    assert blob(archive, b"bb").read_bytes() == b"bb"  # stored by content
     assert sorted(caches.paths("comp")) == ["c/H/a.bin", "c/H/sub/b.bin"]
 
     fresh = tree_of(tmp_path / "fresh", {"c/H/a.bin": b"host's own"})
@@ -132,15 +138,21 @@ def test_keep_leaves_files_out(tmp_path):
     assert sorted(caches.paths("comp")) == ["H/inductor/k", "H/rank_0_0/m"]
 
 
-def test_ranks_carrying_the_same_file_store_it_once(tmp_path):
+def test_ranks_carrying_the_same_file_store_it_once_and_others_their_own(tmp_path):
     host = tree_of(tmp_path / "host", {"H/shared": b"same"})
     archive = tmp_path / "a"
     first, second = HostCaches(archive, archive / "rank0"), HostCaches(archive, archive / "rank1")
     assert first.add_tree("comp", host, "H").files == 1
     assert second.add_tree("comp", host, "H").present == 1
-    (host / "H/shared").write_bytes(b"other bytes")  # a rank whose file differs lists none
+    (host / "H/shared").write_bytes(b"other bytes")  # a rank (or a later SAVE) that read other bytes
     third = HostCaches(archive, archive / "rank2")
-    assert third.add_tree("comp", host, "H").refused == 1 and third.paths("comp") == []
+    assert third.add_tree("comp", host, "H").files == 1
+    for caches in (first, third):
+        caches.write_list()
+    for rank, expected in ((0, b"same"), (2, b"other bytes")):
+        fresh = tmp_path / f"fresh{rank}"
+        HostCaches.read(archive, archive / f"rank{rank}").restore_tree("comp", fresh)
+        assert (fresh / "H/shared").read_bytes() == expected
 
 
 def test_a_corrupt_carried_file_leaves_the_whole_tree_to_the_engine(tmp_path, caplog):
@@ -149,12 +161,63 @@ def test_a_corrupt_carried_file_leaves_the_whole_tree_to_the_engine(tmp_path, ca
     caches = HostCaches(archive, archive / "rank0")
     caches.add_tree("comp", host, "H")
     caches.write_list()
-    (archive / "host_caches/comp/H/b").write_bytes(b"bbbX")
+    blob(archive, b"bbbb").write_bytes(b"bbbX")
     fresh = tmp_path / "fresh"
     with caplog.at_level(logging.WARNING, logger="foundry"):
         done = HostCaches.read(archive, archive / "rank0").restore_tree("comp", fresh)
-    assert done.files == 0 and done.refused == 2 and not fresh.exists()
-    assert "comp file H/b not used: its size or SHA-256 differs" in caplog.text
+    assert done.files == 0 and done.refused == 2 and not (fresh / "H/a").exists()
+    assert "comp file H/b not used: its SHA-256 differs" in caplog.text
+    assert not [p for p in fresh.rglob("*") if p.is_file()]  # no temporary file left behind
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "larger", "directory link"])
+def test_a_carried_file_that_is_not_the_listed_regular_file_is_refused_without_reading_it(tmp_path, kind, caplog):
+    host = tree_of(tmp_path / "host", {"H/a": b"aaaa"})
+    archive = tmp_path / "a"
+    caches = HostCaches(archive, archive / "rank0")
+    caches.add_tree("comp", host, "H")
+    caches.write_list()
+    path = blob(archive, b"aaaa")
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)  # would block a plain read for good
+    elif kind == "symlink":
+        path.symlink_to(host / "H/a")
+    elif kind == "larger":
+        path.write_bytes(b"aaaa" * 1000)
+    else:
+        elsewhere = tmp_path / "elsewhere"
+        (archive / host_caches.CACHES_DIR).rename(elsewhere)
+        (elsewhere / path.name).write_bytes(b"aaaa")
+        (archive / host_caches.CACHES_DIR).symlink_to(elsewhere)
+    with caplog.at_level(logging.WARNING, logger="foundry"):
+        done = HostCaches.read(archive, archive / "rank0").restore_tree("comp", tmp_path / "fresh")
+    assert done.refused == 1 and not (tmp_path / "fresh/H/a").exists() and "not used" in caplog.text
+    assert {c.name: c for c in verify_archive(archive)}["host caches"].status == FAIL
+
+
+def test_a_failed_write_leaves_nothing_of_the_unit(tmp_path):
+    host = tree_of(tmp_path / "host", {"H/a": b"a", "H/sub/b": b"b"})
+    archive = tmp_path / "a"
+    caches = HostCaches(archive, archive / "rank0")
+    caches.add_tree("comp", host, "H")
+    caches.write_list()
+    fresh = tree_of(tmp_path / "fresh", {"H/sub": b"a file where the unit needs a directory"})
+    with pytest.raises(OSError):
+        HostCaches.read(archive, archive / "rank0").restore_tree("comp", fresh)
+    assert sorted(p.name for p in (fresh / "H").iterdir()) == ["sub"]
+
+
+def test_the_files_a_reader_looks_for_first_are_placed_last(tmp_path, monkeypatch):
+    host = tree_of(tmp_path / "host", {"H/__grp__k.json": b"g", "H/k.cubin": b"c", "H/k.json": b"j"})
+    archive = tmp_path / "a"
+    caches = HostCaches(archive, archive / "rank0")
+    caches.add_tree("comp", host, "H")
+    placed = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: placed.append(Path(dst).name) or real_replace(src, dst))
+    caches.restore_tree("comp", tmp_path / "fresh", last=lambda rel: rel.endswith("__grp__k.json"))
+    assert placed[-1] == "__grp__k.json" and len(placed) == 3
 
 
 def test_an_unreadable_list_is_logged_and_nothing_is_carried(tmp_path, caplog):
@@ -189,9 +252,11 @@ def test_a_fresh_host_loads_the_kernels_the_save_start_used(fake_triton, tmp_pat
     compile_kernel("NEW")
     archive = tmp_path / "archive"
     caches = HostCaches(archive, archive / "rank0")
-    assert triton_cache.current().carry(caches).files == 6
+    done = triton_cache.current().carry(caches)
+    assert (done.files, done.present) == (5, 1)  # the two group files are the same bytes once normalised
     caches.write_list()
-    group = json.loads((archive / "host_caches/triton/NEW/__grp__k.json").read_text())
+    group = json.loads(blob(archive, b"").parent.joinpath(caches.entries["triton"]["NEW/__grp__k.json"].sha256)
+                       .read_text())
     assert group["child_paths"]["k.cubin"] == f"{triton_cache.KEY_DIR}/k.cubin"  # no host path stored
     triton_cache.uninstall()
 
@@ -253,24 +318,26 @@ def test_the_compile_directories_vllm_used(tmp_path):
     for d in (aot / "rank_0_0", pieces / "rank_0_0/backbone"):
         d.mkdir(parents=True)
     assert compile_cache.hash_dir(aot / "rank_0_0/model", root) == "torch_compile_cache/torch_aot_compile/abc123"
-    assert compile_cache.hash_dir(pieces / "rank_0_0/backbone", root) == "torch_compile_cache/0f1e2d"
+    assert compile_cache.hash_dir(pieces / "rank_0_0/backbone", root) is None
     assert compile_cache.hash_dir(tmp_path / "elsewhere", root) is None
     assert compile_cache.hash_dir("", root) is None
     config = SimpleNamespace(cache_dir=str(pieces), local_cache_dir=str(aot))
-    assert compile_cache.used_dirs(config, root) == ("torch_compile_cache/0f1e2d",
-                                                    "torch_compile_cache/torch_aot_compile/abc123")
+    assert compile_cache.used_dirs(config, root) == ("torch_compile_cache/torch_aot_compile/abc123",)
     vllm_config = SimpleNamespace(compilation_config=SimpleNamespace(cache_dir="", local_cache_dir=str(aot)),
                                   parallel_config=SimpleNamespace(rank=1, data_parallel_index=0))
     tree = compile_cache.tree(vllm_config, root)
     assert tree.used == ("torch_compile_cache/torch_aot_compile/abc123",)
-    # A start that compiled: vLLM's backend replaced local_cache_dir with its pieces' directory;
-    # the compiled module still names its AOT directory.
+    # A start that compiled: vLLM's backend replaced local_cache_dir with its pieces' directory
+    # (not carried: its index names absolute paths); the compiled module names its AOT directory.
     vllm_config.compilation_config = SimpleNamespace(cache_dir=str(pieces),
                                                      local_cache_dir=str(pieces / "rank_0_0/backbone"))
     compiled = SimpleNamespace(_aot_cache_dir=str(aot / "rank_1_0"))
     model = SimpleNamespace(modules=lambda: iter([SimpleNamespace(), compiled]))
-    assert compile_cache.tree(vllm_config, root, model=model).used == (
-        "torch_compile_cache/0f1e2d", "torch_compile_cache/torch_aot_compile/abc123")
+    assert compile_cache.tree(vllm_config, root, model=model).used == ("torch_compile_cache/torch_aot_compile/abc123",)
+    assert compile_cache.unit("torch_compile_cache/torch_aot_compile/abc123/rank_1_0/model") == \
+        "torch_compile_cache/torch_aot_compile/abc123"
+    assert compile_cache.unit("modelinfos/q.json") == "modelinfos/q.json"
+    assert compile_cache.is_artifact("x/rank_1_0/model") and not compile_cache.is_artifact("x/inductor_cache/m.py")
     assert compile_cache.aot_dirs(SimpleNamespace(runnable=model)) == (str(aot / "rank_1_0"),)
     assert compile_cache.aot_dirs(None) == ()
     assert tree.keep("x/rank_1_0/model") and not tree.keep("x/rank_0_0/model") and tree.keep("x/inductor_cache/k")
@@ -331,10 +398,15 @@ def test_verify_names_a_carried_file_that_changed(tmp_path):
     caches = HostCaches(archive, archive / "rank0")
     caches.add_tree("comp", host, "H")
     caches.write_list()
-    (archive / "host_caches/comp/H/a").write_bytes(b"aaaX")
-    (archive / "host_caches/comp/H/left-by-an-earlier-save").write_bytes(b"")
+    blob(archive, b"aaaa").write_bytes(b"aaaX")
+    blob(archive, b"left by an earlier SAVE").write_bytes(b"left by an earlier SAVE")
     check = {c.name: c for c in verify_archive(archive)}["host caches"]
-    assert check.status == FAIL and "host_caches/comp/H/a differs from its size or SHA-256" in check.detail
+    assert check.status == FAIL and f"{blob(archive, b'aaaa').name} differs from its size or SHA-256" in check.detail
+    blob(archive, b"aaaa").write_bytes(b"aaaa")
+    check = {c.name: c for c in verify_archive(archive)}["host caches"]
+    assert check.status == OK and "1 files no rank lists" in check.detail
+    (archive / host_caches.CACHES_DIR / "stray").write_bytes(b"")
+    assert "unexpected file host_caches/stray" in {c.name: c for c in verify_archive(archive)}["host caches"].detail
 
 
 def test_vllm_carries_after_its_warmup_at_save_and_reports_at_load(caplog):
@@ -353,13 +425,13 @@ def test_vllm_carries_after_its_warmup_at_save_and_reports_at_load(caplog):
 
 def test_the_first_process_gets_the_model_info_before_vllm_inspects_the_model(tmp_path, monkeypatch):
     register = importlib.import_module("vllm_foundry.register")  # the package exports the function
+    aot = "torch_compile_cache/torch_aot_compile/abc"
     saved_root = tree_of(tmp_path / "save-host", {"modelinfos/qwen3-Qwen3ForCausalLM.json": b'{"hash": "h"}',
-                                                  "torch_compile_cache/abc/rank_0_0/m": b"m"})
-    vllm_config = SimpleNamespace(compilation_config=SimpleNamespace(cache_dir=str(saved_root / "torch_compile_cache/abc"),
-                                                                     local_cache_dir=""),
+                                                  f"{aot}/rank_0_0/model": b"m"})
+    vllm_config = SimpleNamespace(compilation_config=SimpleNamespace(local_cache_dir=str(saved_root / aot)),
                                   parallel_config=SimpleNamespace(rank=0, data_parallel_index=0))
     tree = compile_cache.tree(vllm_config, saved_root)
-    assert tree.used == ("torch_compile_cache/abc", "modelinfos")
+    assert tree.used == (aot, "modelinfos")
     archive = tmp_path / "archive"
     caches = HostCaches(archive, archive / "rank0")
     for sub in tree.used:
@@ -369,11 +441,46 @@ def test_the_first_process_gets_the_model_info_before_vllm_inspects_the_model(tm
     fresh = tmp_path / "fresh"
     monkeypatch.setattr(compile_cache, "cache_root", lambda: fresh)
     settings = SimpleNamespace(mode=Mode.LOAD, archive=archive)
+    register._reset_for_tests()
     register._restore_model_info(settings)
     assert (fresh / "modelinfos/qwen3-Qwen3ForCausalLM.json").read_bytes() == b'{"hash": "h"}'
     assert not (fresh / "torch_compile_cache").exists()  # the worker's, not the first process's
+    (fresh / "modelinfos/qwen3-Qwen3ForCausalLM.json").unlink()
+    register._restore_model_info(settings)  # once per process
+    assert not (fresh / "modelinfos/qwen3-Qwen3ForCausalLM.json").exists()
     for mode, archive_dir in ((Mode.SAVE, archive), (Mode.LOAD, tmp_path / "no-archive")):
+        register._reset_for_tests()
         other = tmp_path / f"other-{mode}"
         monkeypatch.setattr(compile_cache, "cache_root", lambda other=other: other)
         register._restore_model_info(SimpleNamespace(mode=mode, archive=archive_dir))
         assert not other.exists()
+    register._reset_for_tests()
+
+
+def test_with_triton_itself(tmp_path, monkeypatch):
+    """The same SAVE-then-new-host flow through Triton's own cache manager lookup."""
+    pytest.importorskip("triton.knobs", reason="needs Triton 3.4 or later (not installed here)")
+    from triton.runtime.cache import get_cache_manager
+
+    manager_class.cache_clear()
+    key = "ab" * 32  # Triton hashes are hex; get_cache_manager names the directory in base32
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "save-host"))
+    try:
+        assert triton_cache.install(triton_cache.TritonCarrier())
+        manager = get_cache_manager(key)
+        paths = {name: manager.put(b"x" + name.encode(), name) for name in ("k.cubin", "k.json")}
+        manager.put_group("k.json", paths)
+        archive = tmp_path / "archive"
+        caches = HostCaches(archive, archive / "rank0")
+        assert triton_cache.current().carry(caches).files == 3
+        caches.write_list()
+        triton_cache.uninstall()
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "new-host"))
+        assert triton_cache.install(triton_cache.TritonCarrier(HostCaches.read(archive, archive / "rank0")))
+        group = get_cache_manager(key).get_group("k.json")
+        assert sorted(group) == ["k.cubin", "k.json"]
+        assert all(p.startswith(str(tmp_path / "new-host")) and Path(p).read_bytes().startswith(b"x") for p in
+                   group.values())
+    finally:
+        triton_cache.uninstall()
+        manager_class.cache_clear()

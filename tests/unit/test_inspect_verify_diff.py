@@ -20,7 +20,7 @@ import pytest
 
 from archive_factory import write_image, write_payload
 from foundry_core import _native, cli
-from foundry_core.engine.host_caches import Copied, HostCaches
+from foundry_core.engine.host_caches import HostCaches
 from foundry_core.errors import FormatError
 from foundry_core.inspect import image_file_info, payload_dump, summarize
 from foundry_core.manifest import write_manifest
@@ -497,8 +497,10 @@ def test_verify_an_engine_archive_with_its_state_and_carried_caches(tmp_path):
     make_archive(root / "rank0")
     (root / "engine.json").write_text("{}")
     (root / "rank0" / "engine_state.json").write_text("{}")
+    (tmp_path / "triton" / "KEY").mkdir(parents=True)
+    (tmp_path / "triton" / "KEY" / "k.cubin").write_bytes(b"cubin")
     caches = HostCaches(root, root / "rank0")
-    caches._store("triton", "KEY/k.cubin", b"cubin", Copied())
+    caches.add_tree("triton", tmp_path / "triton", "KEY")
     caches.write_list()
     checks = checks_by_name(root)
     assert checks["ranks"].status == OK and checks["rank0: files"].status == OK

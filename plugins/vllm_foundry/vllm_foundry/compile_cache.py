@@ -1,16 +1,21 @@
 """vLLM's torch.compile cache, carried in the archive (``foundry_core.engine.host_caches``).
 
-vLLM keeps what torch.compile made for a model under ``VLLM_CACHE_ROOT/torch_compile_cache``: with
-its AOT compile (the plugin's default) in ``torch_aot_compile/<hash>`` (the whole-model artifact per
-rank in ``rank_<r>_<dp>/`` and Inductor's cache beside them), and where vLLM compiled the model in
-pieces in ``<hash>`` (``compilation_config.cache_dir``). SAVE carries the directories this start
-used, leaving out other ranks' ``rank_*`` directories: those ``compilation_config.cache_dir`` and
-``local_cache_dir`` name, and the AOT directory of each compiled module of the model
-(``_aot_cache_dir``: a start that compiled the model replaced ``local_cache_dir`` with its pieces'
-directory); LOAD copies the files a fresh host lacks back under its own
-``VLLM_CACHE_ROOT`` when the worker starts, before vLLM looks for its compiled model. The hash is
-vLLM's own cache key (its version, the model config, the traced sources, torch), so a LOAD that
-passes the archive's fingerprint finds the directory under the same name.
+With its AOT compile (on by default with torch 2.10 and later, and the plugin loads the compiled
+model whole) vLLM keeps a model's compiled code in ``VLLM_CACHE_ROOT/torch_compile_cache/
+torch_aot_compile/<hash>``: the artifact of each rank in ``rank_<r>_<dp>/model`` and Inductor's
+cache beside them. SAVE carries that directory, leaving out other ranks' ``rank_*`` directories; it
+finds it through ``compilation_config.local_cache_dir`` (a start that loaded the artifact) and the
+``_aot_cache_dir`` of the model's compiled modules (a start that compiled it: vLLM's backend then
+replaced ``local_cache_dir`` with its pieces' directory). LOAD copies the files a fresh host lacks
+back under its own ``VLLM_CACHE_ROOT`` when the worker starts, before vLLM looks for the artifact,
+one hash directory at a time, the ``model`` files last. The hash is vLLM's own cache key (its
+version, the model config, torch, Inductor's settings), so a LOAD that passes the archive's
+fingerprint finds the directory under the same name.
+
+vLLM's cache of compiled pieces (``torch_compile_cache/<hash>``, used without AOT compile) is not
+carried: its index names its files by absolute paths of the host that wrote it, and
+``VLLM_CACHE_ROOT`` is not part of its key, so on a host with another cache root vLLM would find
+the directory and fail to load from the other host's paths. Such starts compile on a new host.
 
 vLLM's model-class inspection (``VLLM_CACHE_ROOT/modelinfos``) is carried too: on a host without
 it, vLLM's first process inspects the model's class in a subprocess before it starts the engine
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -33,6 +39,7 @@ CACHE = "vllm_compile"
 COMPILE_DIR = "torch_compile_cache"
 AOT_DIR = "torch_aot_compile"
 MODEL_INFO_DIR = "modelinfos"
+ARTIFACT_NAME = "model"
 _RANK_DIR = re.compile(r"rank_\d+_\d+")
 
 
@@ -44,39 +51,46 @@ def cache_root() -> Path:
 
 
 def hash_dir(path: str | os.PathLike | None, root: Path) -> str | None:
-    """The cache-key directory holding ``path`` (relative to ``root``, POSIX), or None when
-    ``path`` is not inside vLLM's compile cache under ``root``."""
+    """The AOT hash directory holding ``path`` (relative to ``root``, POSIX), or None when
+    ``path`` is not inside vLLM's AOT compile cache under ``root``."""
     if not path:
         return None
     try:
-        rel = Path(path).resolve().relative_to((root / COMPILE_DIR).resolve())
+        rel = Path(path).resolve().relative_to((root / COMPILE_DIR / AOT_DIR).resolve())
     except (ValueError, OSError):
         return None
-    depth = 2 if rel.parts[:1] == (AOT_DIR,) else 1
-    if len(rel.parts) < depth:
-        return None
-    return str(PurePosixPath(COMPILE_DIR, *rel.parts[:depth]))
+    return str(PurePosixPath(COMPILE_DIR, AOT_DIR, rel.parts[0])) if rel.parts else None
 
 
 def used_dirs(compilation_config: Any, root: Path, also: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The cache-key directories vLLM's compile used in this process (see the module); ``also``:
-    more paths inside them (the model's AOT directories)."""
+    """The AOT hash directories vLLM's compile used in this process (see the module); ``also``:
+    more paths inside them (the model's compiled modules' directories)."""
     found: list[str] = []
-    named = [getattr(compilation_config, name, None) for name in ("cache_dir", "local_cache_dir")]
-    for path in [*named, *also]:
+    for path in [getattr(compilation_config, "local_cache_dir", None), *also]:
         rel = hash_dir(path, root)
         if rel is not None and rel not in found and (root / rel).is_dir():
             found.append(rel)
     return tuple(found)
 
 
-def own_rank_only(rank_dir_name: str) -> Any:
+def own_rank_only(rank_dir_name: str) -> Callable[[str], bool]:
     """A ``keep`` for :meth:`HostCaches.add_tree`: every file except another rank's."""
 
     def keep(path: str) -> bool:
         return not any(_RANK_DIR.fullmatch(part) and part != rank_dir_name for part in PurePosixPath(path).parts)
 
     return keep
+
+
+def unit(path: str) -> str:
+    """What LOAD restores whole: a hash directory, or one model-info file."""
+    parts = PurePosixPath(path).parts
+    return "/".join(parts[:3] if parts[:2] == (COMPILE_DIR, AOT_DIR) else parts[:2])
+
+
+def is_artifact(path: str) -> bool:
+    """vLLM looks for the ``model`` file first: it is placed after the rest of its directory."""
+    return PurePosixPath(path).name == ARTIFACT_NAME
 
 
 def aot_dirs(model: Any) -> tuple[str, ...]:
@@ -100,7 +114,7 @@ def tree(vllm_config: Any, root: Path | None = None, model: Any = None) -> Cache
     used = used_dirs(compilation, root, aot_dirs(model)) if compilation is not None else ()
     if (root / MODEL_INFO_DIR).is_dir():
         used += (MODEL_INFO_DIR,)
-    return CacheTree(CACHE, root, used, own_rank_only(f"rank_{rank}_{dp_rank}"))
+    return CacheTree(CACHE, root, used, own_rank_only(f"rank_{rank}_{dp_rank}"), unit=unit, last=is_artifact)
 
 
 def restore_model_info(archive: str | os.PathLike, root: Path | None = None) -> Copied | None:
@@ -109,7 +123,8 @@ def restore_model_info(archive: str | os.PathLike, root: Path | None = None) -> 
     caches = HostCaches.read(archive, rank_dir(archive, 0))
     if caches is None:
         return None
-    return caches.restore_tree(CACHE, cache_root() if root is None else root, MODEL_INFO_DIR)
+    return caches.restore_tree(CACHE, cache_root() if root is None else root, MODEL_INFO_DIR, unit=unit)
 
 
-__all__ = ["CACHE", "cache_root", "hash_dir", "used_dirs", "aot_dirs", "own_rank_only", "tree", "restore_model_info"]
+__all__ = ["CACHE", "cache_root", "hash_dir", "used_dirs", "aot_dirs", "own_rank_only", "unit", "is_artifact", "tree",
+           "restore_model_info"]

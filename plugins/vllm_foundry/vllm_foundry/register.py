@@ -103,14 +103,20 @@ def activate(settings: Settings) -> None:
     _restore_model_info(settings)
 
 
+_model_info_restored = False
+
+
 def _restore_model_info(settings: Settings) -> None:
-    """Before vLLM inspects the model's class (compile_cache.restore_model_info)."""
-    if settings.mode not in (Mode.LOAD, Mode.AUTO) or settings.archive is None or not host_caches.enabled():
+    """Before vLLM inspects the model's class (compile_cache.restore_model_info); once per process."""
+    global _model_info_restored
+    if _model_info_restored or settings.mode not in (Mode.LOAD, Mode.AUTO) or settings.archive is None \
+            or not host_caches.enabled():
         return
+    _model_info_restored = True
     try:
         copied = compile_cache.restore_model_info(settings.archive)
     except (OSError, ImportError) as exc:
-        logger.debug("foundry: vLLM's model info not taken from the archive (%s)", exc)
+        logger.warning("foundry: vLLM's model info not taken from the archive (%s); vLLM inspects the model", exc)
         return
     if copied is not None and copied.files:
         logger.info("foundry: vLLM's model info from the archive: %s", copied.describe())
@@ -126,4 +132,6 @@ def _install_seams_here() -> None:
 
 
 def _reset_for_tests() -> None:
+    global _model_info_restored
     _REGISTRATION.reset()
+    _model_info_restored = False
