@@ -484,3 +484,31 @@ def test_with_triton_itself(tmp_path, monkeypatch):
     finally:
         triton_cache.uninstall()
         manager_class.cache_clear()
+
+
+def test_a_save_that_cannot_write_its_caches_keeps_its_graphs(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(triton_cache, "install", lambda carrier: False)
+    host = tree_of(tmp_path / "host", {"cc/H/model": b"compiled"})
+    archive = tmp_path / "archive"
+    saving = CarryingRuntime(session_at(archive, Mode.SAVE), host, ("cc/H",)).launch(0, archive)
+    saving.saved = True
+
+    def full_disk(self):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(HostCaches, "write_list", full_disk)
+    with caplog.at_level(logging.WARNING, logger="foundry"):
+        saving.carry_caches_out()  # does not raise: the archive's graphs are complete already
+    assert "compile caches not carried in the archive" in caplog.text and "No space left" in caplog.text
+    assert not (archive / "rank0" / host_caches.LIST_NAME).exists()
+
+
+@pytest.mark.parametrize("content", [b"not json", b"[1, 2]", b'{"child_paths": 3}', b'{"other": {}}'])
+def test_a_group_file_triton_would_not_read_is_carried_as_it_is(content):
+    assert triton_cache._rewrite_group(content, "/old/KEY", "/new/KEY") == content
+
+
+def test_only_member_paths_inside_the_key_directory_move():
+    group = json.dumps({"child_paths": {"a": "/old/KEY/a", "b": "/elsewhere/b", "c": 7}}).encode()
+    moved = json.loads(triton_cache._rewrite_group(group, "/old/KEY", "/new/KEY"))
+    assert moved["child_paths"] == {"a": "/new/KEY/a", "b": "/elsewhere/b", "c": 7}
