@@ -45,6 +45,14 @@ SEAMS: tuple[Seam, ...] = (
          purpose="register() sets it to spawn so children exec with LD_PRELOAD"),
     Seam("env.mega_aot_artifact", "vllm.envs", "VLLM_USE_MEGA_AOT_ARTIFACT", "env",
          purpose="set to 1 in Foundry mode unless the user set it: LOAD loads the compiled model whole"),
+    # ---- compile caches carried in the archive (compile_cache.py) ---------------------------
+    Seam("env.cache_root", "vllm.envs", "VLLM_CACHE_ROOT", "env",
+         purpose="the root of vLLM's compile cache and model-info cache, whose files SAVE carries and LOAD puts back"),
+    Seam("compile.aot_load", "vllm.compilation.decorators", "_try_load_aot_compiled_fn", "function",
+         params=("model", "aot_compilation_path"),
+         purpose="vLLM loads the AOT artifact from torch_compile_cache/torch_aot_compile/<hash>/rank_<r>_<dp>/model"),
+    Seam("registry.model_info_dir", "vllm.model_executor.models.registry", "_LazyRegisteredModel._get_cache_dir",
+         "staticmethod", purpose="vLLM's model-class inspection cache (VLLM_CACHE_ROOT/modelinfos), carried"),
     # ---- tensor parallel -------------------------------------------------------------------
     Seam("env.symm_mem_all_reduce", "vllm.envs", "VLLM_ALLREDUCE_USE_SYMM_MEM", "env",
          purpose="set to 0 for tensor parallel: symmetric-memory all-reduce bakes peers' mappings into graphs"),
