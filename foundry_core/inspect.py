@@ -42,6 +42,11 @@ EDGE_PORTS = {0: "default", 1: "programmatic", 2: "launch-order"}
 SUMMARY_GRAPH_ROWS = 20  # graphs listed in the table; --json lists them all
 # A kernel's cache preference (func.cache_config: CUfunc_cache, set with cuFuncSetCacheConfig).
 CACHE_CONFIG_NAMES = {0: "prefer_none", 1: "prefer_shared", 2: "prefer_l1", 3: "prefer_equal"}
+# The kernel-node launch attributes SAVE keeps when they are not zero (CUlaunchAttributeID, cuda.h;
+# csrc/graph/reader.cpp), and how their CUlaunchAttributeValue bytes read.
+LAUNCH_ATTRIBUTES = {2: "cooperative", 4: "cluster", 5: "cluster_scheduling", 8: "priority",
+                     9: "mem_sync_domain_map", 10: "mem_sync_domain", 11: "preferred_cluster"}
+MEM_SYNC_DOMAINS = {0: "default", 1: "remote"}
 
 
 # ---- the native file readers ------------------------------------------------------------------
@@ -333,6 +338,25 @@ def _dim(v: list[int]) -> str:
     return "x".join(str(x) for x in v)
 
 
+def describe_launch_attribute(attr: dict) -> str:
+    """A kernel node's launch attribute as ``name=value`` (``priority=-1``, ``cluster=2x1x1``)."""
+    raw = bytes.fromhex(attr["value"])
+
+    def word(i: int, signed: bool = False) -> int:
+        return int.from_bytes(raw[4 * i:4 * i + 4], "little", signed=signed)
+
+    ident = attr["id"]
+    if ident in (4, 11):
+        value = _dim([word(0), word(1), word(2)])
+    elif ident == 9:
+        value = f"default:{raw[0]},remote:{raw[1]}"
+    elif ident == 10:
+        value = MEM_SYNC_DOMAINS.get(word(0), str(word(0)))
+    else:
+        value = str(word(0, signed=True))
+    return f"{LAUNCH_ATTRIBUTES.get(ident, f'attribute{ident}')}={value}"
+
+
 def describe_node(n: dict) -> str:
     """One node on one line: its kind, then what it does."""
     kind = n["kind"]
@@ -340,8 +364,9 @@ def describe_node(n: dict) -> str:
         k = n["kernel"]
         # The cache preference only when the kernel has one: most keep the driver's default.
         cache = f" cache={cache_config_name(kernel_cache_config(k))}" if kernel_cache_config(k) else ""
+        attrs = "".join(f" {describe_launch_attribute(a)}" for a in k.get("attrs", ()))
         return (f"kernel  {k.get('demangled', k['name'])}  grid={_dim(k['grid'])} block={_dim(k['block'])} "
-                f"smem={k['shared_mem']}{cache}  image={k['image']}")
+                f"smem={k['shared_mem']}{cache}{attrs}  image={k['image']}")
     if kind == "memset":
         m = n["memset"]
         return (f"memset  dst={m['dst']:#x} value={m['value']:#x} element={m['element_size']}B "

@@ -231,6 +231,22 @@ def test_inspect_graph_shows_a_kernels_cache_preference(tmp_path, capsys):
     assert detail["nodes"][0]["kernel"]["func"]["cache_config"] == 0
 
 
+@pytest.mark.parametrize("attr, shown", [
+    ({"id": 8, "value": "ffffffff" + "00" * 60}, "priority=-1"),
+    ({"id": 4, "value": "02000000" "01000000" "01000000" + "00" * 52}, "cluster=2x1x1"),
+    ({"id": 10, "value": "01000000" + "00" * 60}, "mem_sync_domain=remote"),
+    ({"id": 9, "value": "0001" + "00" * 62}, "mem_sync_domain_map=default:0,remote:1"),
+    ({"id": 2, "value": "01000000" + "00" * 60}, "cooperative=1"),
+])
+def test_inspect_graph_shows_a_kernels_launch_attributes(tmp_path, capsys, attr, shown):
+    doc = payload_doc()
+    doc["templates"][0]["nodes"][0]["kernel"]["attrs"] = [attr]
+    archive = make_archive(tmp_path / "arch", payload=doc)
+    code, out, _ = run_cli(capsys, "inspect", str(archive), "--graph", "0")
+    kernels = [ln for ln in out.splitlines() if "  kernel  " in ln]
+    assert code == 0 and shown in kernels[0] and not any(shown in ln for ln in kernels[1:])
+
+
 def test_image_file_dump(archive):
     info = image_file_info(archive / "images" / f"{IMAGE_A:016x}.fimg")
     assert info["hash"] == f"{IMAGE_A:016x}"
