@@ -152,6 +152,7 @@ class HostCaches:
         self.root = Path(archive) / CACHES_DIR
         self.list_path = Path(rank_dir) / LIST_NAME
         self.entries: dict[str, dict[str, Entry]] = {}
+        self._by_head: dict[str, dict[str, list[str]]] = {}  # cache -> first path component -> paths
 
     # ---- SAVE ----------------------------------------------------------------------------------
 
@@ -174,7 +175,9 @@ class HostCaches:
                 try:
                     with os.fdopen(open_regular(path), "rb") as f:
                         content = f.read()
-                except OSError:
+                except OSError as exc:  # vanished, or not a regular file: not carried
+                    logger.warning("foundry: %s not carried in the archive (%s); a LOAD on a new host compiles it",
+                                   path, exc)
                     continue
                 self._store(cache, rel, rewrite(rel, content) if rewrite is not None else content, done)
         return done
@@ -195,6 +198,7 @@ class HostCaches:
             done.files += 1
             done.bytes += entry.size
         self.entries.setdefault(cache, {})[rel] = entry
+        self._by_head.pop(cache, None)
 
     def write_list(self) -> None:
         """Writes this rank's list (atomically); the carried files are usable from then on."""
@@ -215,14 +219,23 @@ class HostCaches:
         try:
             caches.entries = parse_list(read_json_file(caches.list_path, LIST_NAME), caches.list_path)
         except (ArchiveIOError, FormatError) as exc:
-            logger.warning("foundry: the archive's host caches are not used: %s", exc)
+            logger.warning("foundry: the archive's host caches are not used: %s; this start compiles what its caches "
+                           "lack (`foundry verify ARCHIVE` checks the archive, a SAVE writes the list again)", exc)
             return None
         return caches
 
     def paths(self, cache: str, prefix: str = "") -> list[str]:
-        """The carried paths of ``cache`` under directory ``prefix`` ("" for all)."""
-        start = prefix.rstrip("/") + "/" if prefix else ""
-        return [rel for rel in self.entries.get(cache, {}) if rel.startswith(start)]
+        """The carried paths of ``cache`` under directory ``prefix`` ("" for all). Indexed by the
+        first path component: Triton asks once per kernel it opens, at LOAD's JIT warmup."""
+        if not prefix:
+            return list(self.entries.get(cache, {}))
+        if cache not in self._by_head:
+            heads: dict[str, list[str]] = {}
+            for rel in self.entries.get(cache, {}):
+                heads.setdefault(rel.partition("/")[0], []).append(rel)
+            self._by_head[cache] = heads
+        start = prefix.rstrip("/") + "/"
+        return [rel for rel in self._by_head[cache].get(start.partition("/")[0], ()) if rel.startswith(start)]
 
     def restore_tree(self, cache: str, target: str | os.PathLike, prefix: str = "", *, strip: bool = False,
                      rewrite: Callable[[str, bytes], bytes] | None = None,

@@ -116,14 +116,16 @@ def install(carrier: TritonCarrier) -> bool:
     try:
         from triton import knobs
     except ImportError:
-        logger.debug("foundry: Triton's cache not carried: Triton without triton.knobs (3.4 or later needed)")
+        logger.info("foundry: Triton's kernels are not carried in the archive: no Triton 3.4 or later here (no "
+                    "triton.knobs); a LOAD on a new host compiles them")
         return False
     from foundry_core.engine.triton_cache_manager import manager_class
 
     try:
         chosen = knobs.cache.manager_class  # reads TRITON_CACHE_MANAGER, which may name a bad class
     except Exception as exc:  # noqa: BLE001 - Triton reports the setting itself when it compiles
-        logger.warning("foundry: Triton's cache is not carried in the archive: %s is unusable (%s)", MANAGER_ENV, exc)
+        logger.warning("foundry: Triton's cache is not carried in the archive: %s is unusable (%s); fix or unset it",
+                       MANAGER_ENV, exc)
         return False
     manager = manager_class()
     if chosen is not None and chosen is not manager:

@@ -33,6 +33,7 @@ def manager_class() -> type:
             try:
                 carrier.looked_up(self.key, directory)
             except Exception as exc:  # noqa: BLE001 - a kernel cache must not stop the engine
-                logger.warning("foundry: Triton cache entry %s not carried (%s)", self.key, exc)
+                logger.warning("foundry: Triton cache entry %s not carried or restored (%s); Triton compiles it as "
+                               "usual", self.key, exc)
 
     return CarriedCacheManager

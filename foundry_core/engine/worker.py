@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from pathlib import Path
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -205,8 +206,10 @@ class WorkerRuntime:
     def carry_caches_in(self) -> None:
         """SAVE and LOAD: Triton's cache opens its entries through a carrier; LOAD also puts the
         archive's carried files the host lacks into the engine's caches (before the engine looks)."""
+        if not self.carries_host_caches or not self.active or not host_caches.enabled():
+            return
         where = self._archive_dirs()
-        if not self.carries_host_caches or not self.active or where is None or not host_caches.enabled():
+        if where is None:
             return
         source = HostCaches.read(*where) if self.mode is Mode.LOAD else None
         carrier = triton_cache.TritonCarrier(source)
@@ -228,9 +231,10 @@ class WorkerRuntime:
     def carry_caches_out(self) -> None:
         """SAVE, after the engine's warmup: carries the caches this start used into the archive
         (Triton's entries looked up, the engine's trees). A failure is logged; the graphs stay."""
+        if not self.carries_host_caches or self.mode is not Mode.SAVE or not self.saved or not host_caches.enabled():
+            return
         where = self._archive_dirs()
-        if not self.carries_host_caches or self.mode is not Mode.SAVE or not self.saved or where is None \
-                or not host_caches.enabled():
+        if where is None:
             return
         start = time.perf_counter()
         caches = HostCaches(*where)
@@ -249,8 +253,8 @@ class WorkerRuntime:
         self.logger.info("foundry: compile caches carried in the archive: %s, in %.2f s", done.describe(),
                          time.perf_counter() - start)
 
-    def _archive_dirs(self) -> tuple[Any, Any] | None:
-        archive, rank_dir = getattr(self.session, "archive", None), getattr(self.session, "rank_dir", None)
+    def _archive_dirs(self) -> tuple[Path, Path] | None:
+        archive, rank_dir = self.session.archive, self.session.rank_dir
         return None if archive is None or rank_dir is None else (archive, rank_dir)
 
     def seeded_summary(self) -> str | None:

@@ -730,6 +730,7 @@ class FakeSession:
         self.mode = self.requested = mode
         self.state = state
         self.archive = archive
+        self.rank_dir = None  # no archive directory: nothing carried
         self.log = log if log is not None else []
         self.saved = None
 
