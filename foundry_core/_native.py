@@ -84,6 +84,7 @@ _PROTOTYPES: dict[str, tuple] = {
     "foundry_graph_kernel_functions": (c_int, [c_uint64, _u64p, c_uint64, _u64p]),
     "foundry_graph_edges": (c_int, [c_uint64, POINTER(c_uint32), c_uint64, _u64p]),
     "foundry_graphset_template": (c_int, [c_void_p, c_uint64, _u64p]),
+    "foundry_graphset_exec_flags": (c_int, [c_void_p, c_uint64, _u64p]),
     "foundry_saver_new": (c_int, [POINTER(c_void_p)]),
     "foundry_saver_add": (c_int, [c_void_p, c_uint64, c_char_p]),
     "foundry_saver_write": (c_int, [c_void_p, c_char_p, c_char_p, c_int, POINTER(SaveStats)]),

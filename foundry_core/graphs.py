@@ -278,6 +278,13 @@ class RestoredGraph:
         _native.call("foundry_graphset_ready", self._archive._handle, self.index, ctypes.byref(out))
         return bool(out.value)
 
+    def exec_flags(self) -> int:
+        """The ``cudaGraphInstantiateFlags`` its executable graph was made with (the same as
+        PyTorch's for a captured graph); raises FoundryError before it is instantiated."""
+        out = ctypes.c_uint64()
+        _native.call("foundry_graphset_exec_flags", self._archive._handle, self.index, ctypes.byref(out))
+        return out.value
+
     def __repr__(self) -> str:
         return f"RestoredGraph({self.name!r}, index={self.index})"
 

@@ -130,6 +130,15 @@ foundry_status foundry_graphset_template(void* set, uint64_t index, uint64_t* gr
   return FOUNDRY_OK;
 }
 
+foundry_status foundry_graphset_exec_flags(void* set, uint64_t index, uint64_t* flags) {
+  auto* s = static_cast<GraphSet*>(set);
+  if (s == nullptr || flags == nullptr) return report(null_arg("set or flags"));
+  auto f = s->exec_flags(index);
+  if (!f.ok()) return report(f.status());
+  *flags = f.value();
+  return FOUNDRY_OK;
+}
+
 void foundry_graphset_free(void* set) { delete static_cast<GraphSet*>(set); }
 
 foundry_status foundry_exec_memory_warm(const char* payload_path, const int* stop, foundry_exec_warmup* out) {

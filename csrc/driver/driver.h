@@ -42,7 +42,7 @@
   X(cuGraphExecEventWaitNodeSetEvent) X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuGraphNodeFindInClone)   \
   X(cuStreamGetCaptureInfo) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphKernelNodeSetParams)  \
   X(cuGraphKernelNodeCopyAttributes) X(cuGraphMemsetNodeSetParams) X(cuGraphMemcpyNodeSetParams)           \
-  X(cuGraphEventRecordNodeSetEvent) X(cuGraphEventWaitNodeSetEvent)
+  X(cuGraphEventRecordNodeSetEvent) X(cuGraphEventWaitNodeSetEvent) X(cuGraphExecGetFlags)
 
 namespace foundry {
 

@@ -5,6 +5,7 @@
 
 #include "archive/container.h"
 #include "driver/driver.h"
+#include "graph/exec_flags.h"
 #include "graph/payload.h"
 
 namespace foundry {
@@ -56,7 +57,7 @@ class StandIns {
 
   Status instantiate() {
     CUgraphExec exec = nullptr;
-    FOUNDRY_RETURN_IF_ERROR(cuda_check(d_->cuGraphInstantiateWithFlags(&exec, graph_, 0), "cuGraphInstantiate (stand-in)"));
+    FOUNDRY_RETURN_IF_ERROR(cuda_check(d_->cuGraphInstantiateWithFlags(&exec, graph_, kExecInstantiateFlags), "cuGraphInstantiate (stand-in)"));
     execs_.push_back(exec);
     return Status::Ok();
   }

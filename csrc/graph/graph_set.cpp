@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "driver/driver.h"
 #include "graph/builder.h"
+#include "graph/exec_flags.h"
 #include "modules/registry.h"
 #include "region/region.h"
 #include "region/va_space.h"
@@ -341,10 +342,19 @@ Status GraphSet::switch_to(size_t i, Working* w) {
 Status GraphSet::instantiate_from(size_t i, Working* w) {
   FOUNDRY_RETURN_IF_ERROR(switch_to(i, w));
   CUgraphExec exec = nullptr;
-  FOUNDRY_RETURN_IF_ERROR(cuda_check(driver_if_open()->cuGraphInstantiateWithFlags(&exec, w->graph, 0),
+  FOUNDRY_RETURN_IF_ERROR(cuda_check(driver_if_open()->cuGraphInstantiateWithFlags(&exec, w->graph, kExecInstantiateFlags),
                                      ("cuGraphInstantiate of graph " + std::to_string(i) + " (" + payload_.members[i].name + ")").c_str()));
   members_[i]->exec.store(exec, std::memory_order_release);
   return Status::Ok();
+}
+
+Result<uint64_t> GraphSet::exec_flags(size_t i) const {
+  if (i >= members_.size()) return Error(FOUNDRY_ERR_INVALID_ARGUMENT, "graph index out of range");
+  CUgraphExec exec = members_[i]->exec.load(std::memory_order_acquire);
+  if (exec == nullptr) return Error(FOUNDRY_ERR_STATE, "graph " + std::to_string(i) + " is not instantiated yet");
+  cuuint64_t flags = 0;
+  FOUNDRY_RETURN_IF_ERROR(cuda_check(driver_if_open()->cuGraphExecGetFlags(exec, &flags), "cuGraphExecGetFlags"));
+  return static_cast<uint64_t>(flags);
 }
 
 Status GraphSet::instantiate(size_t i) {

@@ -58,6 +58,8 @@ class GraphSet {
   // set, and rewritten by the next instantiation of any graph of the same template (including a
   // background or lazy one), so read it while nothing else instantiates.
   Result<CUgraph> template_graph(size_t i);
+  // The flags graph i's exec was instantiated with (graph/exec_flags.h), once it is instantiated.
+  Result<uint64_t> exec_flags(size_t i) const;
 
  private:
   struct Member {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -23,6 +24,15 @@ def test_restored_graph_is_bit_identical(case, program, tmp_path):
     assert loaded["digest"] == saved["digest"]
     # Edges, with their CUgraphEdgeData (type and ports), read back identical.
     assert loaded["edges"] == saved["edges"]
+    # Every kernel launches as captured: grid, block, shared memory, priority, cluster shape.
+    assert sorted(map(json.dumps, loaded["launches"])) == sorted(map(json.dumps, saved["launches"]))
+    print(f"{case}: kernel priorities {sorted({k['priority'] for k in saved['launches']})}, "
+          f"exec flags captured {saved['exec_flags']} restored {loaded['exec_flags']}")
+    # The restored exec is instantiated as PyTorch instantiates a captured one: AUTO_FREE_ON_LAUNCH
+    # (1) | USE_NODE_PRIORITY (8), node priorities honoured.
+    assert loaded["exec_flags"] == 9, loaded["exec_flags"]
+    if saved["exec_flags"] is not None:
+        assert loaded["exec_flags"] == saved["exec_flags"], (loaded["exec_flags"], saved["exec_flags"])
     if case.startswith(("gemm", "decode")):
         assert any("nvjet" in k for k in saved["kernels"]), saved["kernels"]
     if case == "gemm_bf16":

@@ -20,7 +20,7 @@ import torch
 
 import foundry_core as fdry
 from foundry_core import _native
-from _common import REGION_BASE, REGION_SIZE, emit
+from _common import REGION_BASE, REGION_SIZE, emit, kernel_launches
 
 HERE = Path(__file__).resolve().parent
 
@@ -117,7 +117,7 @@ def case_step(case: str, inputs):
         return [_compiled(*inputs)]
     if case == "streams":
         (x,) = inputs
-        side = torch.cuda.Stream()
+        side = torch.cuda.Stream(priority=-1)  # its kernel nodes carry another priority than main's
         main = torch.cuda.current_stream()
         side.wait_stream(main)
         with torch.cuda.stream(side):
@@ -172,7 +172,8 @@ def save(case: str, directory: str) -> dict:
         outputs = case_step(case, inputs)
     capture_s = time.perf_counter() - start
     g.replay()
-    result = {"capture_s": capture_s, "edges": edges(g.raw_cuda_graph())}
+    result = {"capture_s": capture_s, "edges": edges(g.raw_cuda_graph()), "exec_flags": torch_exec_flags(g),
+              "launches": kernel_launches(g.raw_cuda_graph())}
     try:
         g.save(Path(directory) / "graph.json", output_tensors=outputs)
     except fdry.FoundryError as exc:
@@ -184,6 +185,18 @@ def save(case: str, directory: str) -> dict:
     for f in _kernel_functions(g.raw_cuda_graph()):
         names.append(fdry.images.function_image(f)[1])
     return {**result, "digest": _digest(outputs), "kernels": names}
+
+
+def torch_exec_flags(g) -> int | None:
+    """The flags PyTorch instantiated its captured graph with (None on a torch without
+    raw_cuda_graph_exec)."""
+    raw = getattr(g, "raw_cuda_graph_exec", None)
+    if raw is None:
+        return None
+    cuda = ctypes.CDLL("libcuda.so.1")
+    flags = ctypes.c_uint64()
+    assert cuda.cuGraphExecGetFlags(ctypes.c_void_p(raw()), ctypes.byref(flags)) == 0
+    return flags.value
 
 
 def paused_first_use(case: str, inputs) -> None:
@@ -223,7 +236,8 @@ def load(case: str, directory: str) -> dict:
     torch.cuda.synchronize()
     tmpl = ctypes.c_uint64()
     _native.call("foundry_graphset_template", g._archive._handle, 0, ctypes.byref(tmpl))
-    return {"digest": _digest(outputs), "load_s": load_s, "edges": edges(tmpl.value)}
+    return {"digest": _digest(outputs), "load_s": load_s, "edges": edges(tmpl.value), "exec_flags": g.exec_flags(),
+            "launches": kernel_launches(tmpl.value)}
 
 
 def host_node(directory: str) -> dict:

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 import foundry_core as fdry
-from _common import REGION_BASE, REGION_SIZE
+from _common import REGION_BASE, REGION_SIZE, kernel_launches
 
 SIZES = (1, 4, 16, 64)
 HIDDEN, INTER = 4096, 12288
@@ -67,6 +67,17 @@ def layer(world: int):
     return x, step
 
 
+def template_graph(archive, i: int) -> int:
+    """The CUgraph restored graph i was instantiated from (its values written in)."""
+    import ctypes
+
+    from foundry_core import _native
+
+    out = ctypes.c_uint64()
+    _native.call("foundry_graphset_template", archive._handle, i, ctypes.byref(out))
+    return out.value
+
+
 def main() -> None:
     mode, directory = sys.argv[1], Path(sys.argv[2])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -104,6 +115,7 @@ def main() -> None:
         torch.cuda.synchronize()
         result["digests"] = {f"b{b}": digest(outs[b]) for b in SIZES}
         result["replay_ms"] = {name: replay_ms(g.replay) for name, (g, _) in graphs.items()}
+        result["launches"] = {name: kernel_launches(g.raw_cuda_graph()) for name, (g, _) in graphs.items()}
     else:
         start = time.perf_counter()
         archive = fdry.load_graphs(mine)
@@ -116,6 +128,8 @@ def main() -> None:
         torch.cuda.synchronize()
         result["digests"] = {archive[i].name: digest(archive.outputs(i)) for i in range(len(archive))}
         result["replay_ms"] = {archive[i].name: replay_ms(archive[i].replay) for i in range(len(archive))}
+        result["exec_flags"] = archive[0].exec_flags()
+        result["launches"] = {archive[i].name: kernel_launches(template_graph(archive, i)) for i in range(len(archive))}
     # One file per rank: the ranks share stdout, where their lines can interleave.
     (directory / f"result-{mode}-rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()
