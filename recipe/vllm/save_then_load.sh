@@ -12,6 +12,8 @@
 #      TP (1): tensor parallel size (NCCL all-reduce, custom all-reduce off; one archive per rank);
 #      DP (1): data parallel size of the serve starts (independent replicas; one archive per rank);
 #      TPOT: batch sizes to time decode at in the llm starts (e.g. 1,8,32,128);
+#      CG_MODE: vLLM's CUDA-graph mode (default: vLLM's, FULL_AND_PIECEWISE; FULL_DECODE_ONLY
+#      with TP > 1, where piecewise graphs are not supported yet);
 #      PYTHON (python3);
 #      VLLM_ENV: a file to source first (the GPU machine's pack: /tmp/site/vllm-env.sh);
 #      TINY_MODEL: tiny_model.py (default: the enginepack's); SERVE_TIMEOUT (600 s).
@@ -19,7 +21,7 @@
 set -euo pipefail
 WHAT="${1:-llm}"
 case "$WHAT" in
-  -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
   llm|serve) ;;
   *) echo "usage: $0 [llm|serve] [MODEL_DIR] [ARCHIVE_DIR] (got '$WHAT')" >&2; exit 2 ;;
 esac
@@ -43,6 +45,8 @@ RANKS=$(( ${TP:-1} * ${DP:-1} ))
 if [ "${DP:-1}" != 1 ] && [ "$WHAT" = llm ]; then
   echo "DP applies to serve starts only (vLLM's offline LLM API runs one replica per process)" >&2; exit 2
 fi
+CG_MODE="${CG_MODE:-}"
+[ "${TP:-1}" = 1 ] || CG_MODE="${CG_MODE:-FULL_DECODE_ONLY}"
 PARALLEL=()
 [ "${TP:-1}" = 1 ] || PARALLEL+=( --tensor-parallel-size "$TP" --disable-custom-all-reduce )
 [ "${DP:-1}" = 1 ] || PARALLEL+=( --data-parallel-size "$DP" )
@@ -54,7 +58,8 @@ rm -rf "$ARCHIVE"
 run_llm() {  # NAME FOUNDRY_MODE
   echo "=== $1: LLM(...) with FOUNDRY_MODE=$2"
   FOUNDRY_ARCHIVE="$ARCHIVE" FOUNDRY_MODE="$2" "$PYTHON" "$HERE/start.py" "$MODEL" "$OUT/$1.json" \
-    --sizes "$SIZES" --max-model-len "$MAX_MODEL_LEN" --tp "${TP:-1}" --tpot "${TPOT:-}" > "$OUT/$1.log" 2>&1 \
+    --sizes "$SIZES" --max-model-len "$MAX_MODEL_LEN" --tp "${TP:-1}" --tpot "${TPOT:-}" --cudagraph-mode "$CG_MODE" \
+    > "$OUT/$1.log" 2>&1 \
     || { tail -n 60 "$OUT/$1.log"; exit 1; }
   grep -E "foundry|ready |Graph capturing finished|init engine" "$OUT/$1.log" || true
 }
@@ -67,7 +72,7 @@ run_serve() {  # NAME FOUNDRY_MODE
   # shellcheck disable=SC2086
   "$PYTHON" -m vllm.entrypoints.cli.main serve "$MODEL" --load-format dummy --attention-backend FLASH_ATTN \
     --served-model-name tiny --max-model-len "$MAX_MODEL_LEN" --gpu-memory-utilization 0.5 --seed 0 \
-    -cc.cudagraph_mode=FULL_DECODE_ONLY --cudagraph-capture-sizes $SIZES ${PARALLEL[@]+"${PARALLEL[@]}"} \
+    ${CG_MODE:+-cc.cudagraph_mode=$CG_MODE} --cudagraph-capture-sizes $SIZES ${PARALLEL[@]+"${PARALLEL[@]}"} \
     --foundry-archive "$ARCHIVE" --foundry-mode "$2" --host 127.0.0.1 --port "$PORT" > "$OUT/$1.log" 2>&1 &
   pid=$!
   run_when_healthy "$PORT" "${SERVE_TIMEOUT:-600}" "$pid" "$t0" "vllm serve exited before /health answered" \

@@ -106,8 +106,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5)
-    parser.add_argument("--cudagraph-mode", default="FULL_DECODE_ONLY",
-                        help="vLLM's CUDA-graph mode (FULL_AND_PIECEWISE needs FOUNDRY_VLLM_PIECEWISE=1)")
+    parser.add_argument("--cudagraph-mode", default="",
+                        help="vLLM's CUDA-graph mode (default: vLLM's, FULL_AND_PIECEWISE; FULL_DECODE_ONLY with "
+                             "--no-compile, where vLLM would capture no graphs)")
     parser.add_argument("--tp", type=int, default=1,
                         help="tensor parallel size (all-reduce through NCCL: custom all-reduce off in every start)")
     args = parser.parse_args()
@@ -115,7 +116,9 @@ def main() -> None:
     t0 = time.time()
     from vllm import LLM, SamplingParams
 
-    compilation: dict = {"cudagraph_mode": args.cudagraph_mode}
+    compilation: dict = {}
+    if args.cudagraph_mode or args.no_compile:
+        compilation["cudagraph_mode"] = args.cudagraph_mode or "FULL_DECODE_ONLY"
     if args.no_compile:
         compilation["mode"] = 0  # CompilationMode.NONE: the model runs eagerly, vLLM's custom ops
     if args.sizes:

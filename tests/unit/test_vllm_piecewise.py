@@ -55,6 +55,7 @@ def wrapper(index: int, total: int = 3, prefix: str = "backbone", mode=Mode.PIEC
 @pytest.fixture(autouse=True)
 def piecewise_on(monkeypatch):
     monkeypatch.setenv(piecewise.ENV, "1")
+    monkeypatch.setattr(piecewise, "_unavailable", None)  # another test's vLLM may have lacked the seam
 
 
 def test_pieces_are_named_by_module_index_and_count():
@@ -202,20 +203,33 @@ def test_save_refuses_a_piece_whose_outputs_are_not_tensors():
         piecewise.collect([w])
 
 
-def test_piecewise_modes_need_the_switch_and_refuse_what_cannot_be_restored(monkeypatch):
+def test_piecewise_modes_are_supported_unless_turned_off_and_refuse_what_cannot_be_restored(monkeypatch):
     config = types.SimpleNamespace(compilation_config=types.SimpleNamespace(
         cudagraph_mode=Mode.FULL_AND_PIECEWISE, use_inductor_graph_partition=False))
     monkeypatch.delenv(piecewise.ENV)
+    assert modes.cudagraph_mode_problem(Mode.FULL_AND_PIECEWISE) is None  # vLLM's default mode
+    assert modes.cudagraph_mode_problem(Mode.PIECEWISE) is None
+    monkeypatch.setenv(piecewise.ENV, "0")
     problem = modes.cudagraph_mode_problem(Mode.FULL_AND_PIECEWISE)
-    assert "FULL_AND_PIECEWISE is not supported" in problem and piecewise.ENV in problem
-    monkeypatch.setenv(piecewise.ENV, "1")
-    assert modes.cudagraph_mode_problem(Mode.FULL_AND_PIECEWISE) is None
-    assert modes.cudagraph_mode_problem(Mode.FULL) is not None
+    assert "FULL_AND_PIECEWISE is not supported" in problem and f"{piecewise.ENV}=0" in problem
+    assert "supported: FULL_DECODE_ONLY)" in problem
+    monkeypatch.delenv(piecewise.ENV)
+    # A vLLM without the piece seam: the piecewise modes are refused, naming the seam.
+    monkeypatch.setattr(piecewise, "_unavailable", "seam piece.call: CUDAGraphWrapper.__call__ is missing")
+    assert not piecewise.enabled()
+    assert "lacks a seam" in modes.cudagraph_mode_problem(Mode.FULL_AND_PIECEWISE)
+    monkeypatch.setattr(piecewise, "_unavailable", None)
+    assert "FULL_DECODE_ONLY or leave vLLM's default" in modes.cudagraph_mode_problem(Mode.FULL)
+    assert "-cc.mode=none" in modes.cudagraph_mode_problem(Mode.NONE)
     assert modes.piecewise_problems(config, environ={}) == []
     config.compilation_config.use_inductor_graph_partition = True
     assert "use_inductor_graph_partition" in modes.piecewise_problems(config, environ={})[0]
     config.compilation_config.use_inductor_graph_partition = False
     assert "BREAKABLE" in modes.piecewise_problems(config, environ={"VLLM_USE_BREAKABLE_CUDAGRAPH": "1"})[0]
+    # Pieces with tensor parallel (all-reduces inside the pieces) have not run: refused, naming the way out.
+    config.parallel_config = types.SimpleNamespace(tensor_parallel_size=2)
+    (tp,) = modes.piecewise_problems(config, environ={})
+    assert "tensor_parallel_size=2" in tp and "-cc.cudagraph_mode=FULL_DECODE_ONLY" in tp
 
 
 def test_cpu_weight_offload_is_refused():

@@ -32,7 +32,7 @@ from foundry_core.engine import Mode  # noqa: E402
 from foundry_core.errors import InvalidArgumentError, StateError  # noqa: E402
 
 from vllm_foundry import adapter as adapter_mod  # noqa: E402
-from vllm_foundry import capture_patches, cli, modes, patching, ranks, runtime, seams, worker_patches  # noqa: E402
+from vllm_foundry import capture_patches, cli, modes, patching, piecewise, ranks, runtime, seams, worker_patches  # noqa: E402
 
 register_mod = importlib.import_module("vllm_foundry.register")  # the package attribute is the function
 _real_hosts_engine = register_mod.hosts_engine
@@ -277,6 +277,9 @@ def fake_vllm(monkeypatch, fake_torch):
     install_fake_packages(monkeypatch, FAKE_SOURCES)
     mods = exec_fake_modules(monkeypatch, FAKE_SOURCES)
     monkeypatch.setattr(patching, "vllm_version", lambda: "0.0.fake")
+    # This fake has no piece seam: installing the seams marks the piecewise modes unavailable in
+    # this process; undone after the test.
+    monkeypatch.setattr(piecewise, "_unavailable", None)
     return mods
 
 
@@ -320,7 +323,6 @@ def test_register_from_environment_prepares_children_once(fake_vllm, recorded_ac
     ("2.11.0", {"VLLM_DISABLE_COMPILE_CACHE": "1"}, None),
     ("2.11.0", {"VLLM_USE_AOT_COMPILE": "0"}, None),
     ("2.11.0", {"VLLM_USE_AOT_COMPILE": "false"}, None),  # vLLM turns AOT compile on for "1" only
-    ("2.11.0", {"FOUNDRY_VLLM_PIECEWISE": "1"}, None),  # pieces have not run with it
     (None, {}, None),  # no torch installed: nothing to decide
 ])
 def test_foundry_mode_loads_the_compiled_model_whole(fake_vllm, recorded_activation, monkeypatch, tmp_path, capsys,
@@ -492,6 +494,8 @@ def test_cli_seam_with_the_wrong_shape_is_refused(monkeypatch):
 
 
 class CGMode(enum.Enum):
+    NONE = 0
+    FULL = 2
     FULL_DECODE_ONLY = (2, 0)
     FULL_AND_PIECEWISE = (2, 1)
 
@@ -599,11 +603,23 @@ def test_adapter_record_state_needs_the_kv_cache():
 
 
 def test_modes_refuse_other_cudagraph_modes_by_name():
+    modes.check_supported(fake_config(**{"compilation_config.cudagraph_mode": CGMode.FULL_AND_PIECEWISE}))
     with pytest.raises(modes.UnsupportedConfigError) as err:
-        modes.check_supported(fake_config(**{"compilation_config.cudagraph_mode": CGMode.FULL_AND_PIECEWISE}))
+        modes.check_supported(fake_config(**{"compilation_config.cudagraph_mode": CGMode.FULL}))
     text = str(err.value)
-    assert "cudagraph_mode=FULL_AND_PIECEWISE" in text and "supported: FULL_DECODE_ONLY" in text
+    assert "cudagraph_mode=FULL " in text and "supported: FULL_AND_PIECEWISE, PIECEWISE, FULL_DECODE_ONLY" in text
     assert "-cc.cudagraph_mode=FULL_DECODE_ONLY" in text and "--foundry-mode off" in text
+    with pytest.raises(modes.UnsupportedConfigError, match="without torch.compile"):
+        modes.check_supported(fake_config(**{"compilation_config.cudagraph_mode": CGMode.NONE}))
+
+
+def test_a_vllm_without_the_piece_seam_refuses_the_piecewise_modes_only(fake_vllm, monkeypatch):
+    monkeypatch.delenv(piecewise.ENV, raising=False)
+    capture_patches.install()  # the fake vLLM has no vllm.compilation.cuda_graph
+    assert not piecewise.enabled()
+    problem = modes.cudagraph_mode_problem(CGMode.FULL_AND_PIECEWISE)
+    assert "lacks a seam" in problem and "vLLM seam 'piece." in problem and "supported: FULL_DECODE_ONLY)" in problem
+    assert modes.cudagraph_mode_problem(CGMode.FULL_DECODE_ONLY) is None
 
 
 def test_modes_list_every_problem_at_once():
@@ -690,8 +706,9 @@ def test_modes_enforce_eager_and_resolved_mode():
     eager = fake_config(**{"model_config.enforce_eager": True})
     assert any("enforce_eager" in p for p in modes.unsupported_settings(eager))
     modes.check_resolved_mode(CGMode.FULL_DECODE_ONLY)
-    with pytest.raises(modes.UnsupportedConfigError, match="resolve the CUDA-graph mode to FULL_AND_PIECEWISE"):
-        modes.check_resolved_mode(CGMode.FULL_AND_PIECEWISE)
+    modes.check_resolved_mode(CGMode.FULL_AND_PIECEWISE)
+    with pytest.raises(modes.UnsupportedConfigError, match="resolve the CUDA-graph mode to FULL:"):
+        modes.check_resolved_mode(CGMode.FULL)
     assert modes.mode_name("CUDAGraphMode.PIECEWISE") == "PIECEWISE" and modes.mode_name(None) == "NONE"
 
 

@@ -49,6 +49,7 @@ from foundry_core.engine.capture import (
 from foundry_core.errors import MismatchError, UnsupportedError
 
 from vllm_foundry import modes, patching, piecewise, ranks, runtime, seams
+from vllm_foundry.patching import SeamError
 from vllm_foundry.runtime import Phase
 
 logger = logging.getLogger("foundry.vllm")
@@ -207,7 +208,7 @@ def _pieces_problem(manager: Any, archive: Any, recorded: Any) -> str | None:
     if wanted is None:
         return None if not pieces else "the archive holds piecewise graphs, vLLM captures none in this mode"
     if not piecewise.enabled():
-        return f"vLLM wants piecewise graphs; set {piecewise.ENV}=1 to restore them"
+        return f"vLLM wants piecewise graphs, which are off ({piecewise.disabled_reason()})"
     if wanted != have or not pieces:
         return (f"vLLM wants piecewise graphs for {len(wanted)} sizes, the archive holds {pieces} pieces for sizes "
                 f"{have[:4]}...")
@@ -337,7 +338,7 @@ WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
     "runner.capture_model": wrap_capture_model,
     "cg.capture": wrap_capture,
 }
-# Installed only with FOUNDRY_VLLM_PIECEWISE=1, so that a vLLM without these seams still runs the rest.
+# A vLLM without these seams still runs the FULL graphs: the piecewise modes are then refused.
 PIECE_WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
     "piece.call": wrap_piece_call,
 }
@@ -347,6 +348,14 @@ def install() -> None:
     """Wraps the capture seams; SeamError names the first one missing in the installed vLLM."""
     for name, make in WRAPPERS.items():
         patching.install(name, make)
-    if piecewise.enabled():
+    if not piecewise.enabled():
+        return
+    try:
+        _piece_seams()  # resolved now, so that a missing one refuses the modes before any start
         for name, make in PIECE_WRAPPERS.items():
             patching.install(name, make)
+        piecewise.mark_unavailable(None)
+    except SeamError as exc:
+        piecewise.mark_unavailable(str(exc))
+        logger.warning("foundry: piecewise graphs cannot be restored with this vLLM (%s); FULL_AND_PIECEWISE and "
+                       "PIECEWISE are refused, FULL_DECODE_ONLY works", exc)

@@ -9,8 +9,12 @@ vLLM turns it on by default from torch 2.12. In Foundry mode the plugin turns it
 supports it (torch 2.10 or newer, vLLM's AOT compile and its compile cache on, standalone compile
 on, which vLLM requires with it) and the user has not set the variable: set
 ``VLLM_USE_MEGA_AOT_ARTIFACT=0`` to keep vLLM's default. The variable is part of vLLM's compile
-cache key, so the first Foundry start compiles once more, as for any such setting. Not with the
-experimental piecewise path (``FOUNDRY_VLLM_PIECEWISE=1``), which has not run with it.
+cache key, so the first Foundry start compiles once more, as for any such setting. Restored
+pieces work with it: a piece's name is its index among the compiled pieces, which vLLM's artifact
+path takes from the split module's children in order (``StandaloneCompiledArtifacts.submodule_names``)
+and its compile from the split's graph ids, the same order for vLLM's split; and a piece is only
+installed where its tensor arguments sit at SAVE's addresses (each piece reads other buffers), so a
+renumbering would run pieces eagerly, never swap them (piecewise.py).
 """
 
 from __future__ import annotations
@@ -39,11 +43,11 @@ def _torch_new_enough(torch_version: str | None) -> bool:
         return False
 
 
-def whole_artifact_wanted(env: Mapping[str, str], torch_version: str | None, pieces: bool = False) -> bool:
-    """Whether Foundry should set ``VLLM_USE_MEGA_AOT_ARTIFACT=1`` in ``env`` (see the module);
-    ``pieces``: the piecewise path is on. Reads vLLM's variables as vLLM 0.25's ``envs`` does."""
-    if MEGA_AOT_ENV in env or pieces:
-        return False  # the user's choice, either way; pieces have not run with it
+def whole_artifact_wanted(env: Mapping[str, str], torch_version: str | None) -> bool:
+    """Whether Foundry should set ``VLLM_USE_MEGA_AOT_ARTIFACT=1`` in ``env`` (see the module).
+    Reads vLLM's variables as vLLM 0.25's ``envs`` does."""
+    if MEGA_AOT_ENV in env:
+        return False  # the user's choice, either way
     if not _torch_new_enough(torch_version):
         return False  # no whole artifact in vLLM's standalone compile before torch 2.10
     if env.get("VLLM_USE_STANDALONE_COMPILE", "1") != "1":

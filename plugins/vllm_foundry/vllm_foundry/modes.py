@@ -1,11 +1,12 @@
 """Which vLLM configurations vllm-foundry supports, and the refusal for the others.
 
 Supported in this version: the V2 model runner (vLLM's default since 0.25 for most models),
-``cudagraph_mode=FULL_DECODE_ONLY`` (full graphs of uniform decode batches; prefill and mixed
-batches run without graphs), one GPU, tensor or data parallel (pipeline parallel size 1), no speculative
-decoding, no LoRA, no sleep mode, no dual-batch overlap, no CPU weight offload. Experimental, with
-``FOUNDRY_VLLM_PIECEWISE=1``: ``FULL_AND_PIECEWISE`` and ``PIECEWISE`` (piecewise.py), without
-Inductor graph partition or breakable CUDA graphs.
+``cudagraph_mode`` ``FULL_AND_PIECEWISE`` (vLLM's default: full graphs of uniform decode batches,
+piecewise graphs of the others; piecewise.py), ``PIECEWISE`` and ``FULL_DECODE_ONLY`` (decode
+graphs only, the mode without torch.compile), without Inductor graph partition or breakable CUDA
+graphs; one GPU, tensor or data parallel (pipeline parallel size 1), no speculative decoding, no
+LoRA, no sleep mode, no dual-batch overlap, no CPU weight offload. ``FOUNDRY_VLLM_PIECEWISE=0``
+refuses the piecewise modes.
 
 Policy: **refuse**. When Foundry is active (an archive is given and the mode is not ``off``) and
 the configuration is not supported, the worker raises UnsupportedConfigError before its first
@@ -22,8 +23,10 @@ from typing import Any
 from foundry_core.engine.options import env_flag
 from foundry_core.errors import UnsupportedError
 
-SUPPORTED_CUDAGRAPH_MODES = ("FULL_DECODE_ONLY",)
+SUPPORTED_CUDAGRAPH_MODES = ("FULL_DECODE_ONLY",)  # and the piecewise ones below, unless turned off
 CUDAGRAPH_MODE_FLAG = "-cc.cudagraph_mode=FULL_DECODE_ONLY"
+# Without torch.compile (-cc.mode=none) vLLM turns its default FULL_AND_PIECEWISE into NONE.
+NONE_HINT = "vLLM captures no graphs in this mode: without torch.compile (-cc.mode=none) pass " + CUDAGRAPH_MODE_FLAG
 OFF_HINT = "start vLLM with --foundry-mode off (or FOUNDRY_MODE=off) to run it without Foundry"
 
 
@@ -48,7 +51,7 @@ PIECEWISE_CUDAGRAPH_MODES = ("FULL_AND_PIECEWISE", "PIECEWISE")
 def supported_cudagraph_modes() -> tuple[str, ...]:
     from vllm_foundry import piecewise  # piecewise reads this module's mode_name
 
-    return SUPPORTED_CUDAGRAPH_MODES + (PIECEWISE_CUDAGRAPH_MODES if piecewise.enabled() else ())
+    return (PIECEWISE_CUDAGRAPH_MODES if piecewise.enabled() else ()) + SUPPORTED_CUDAGRAPH_MODES
 
 
 def cudagraph_mode_problem(mode: Any) -> str | None:
@@ -57,15 +60,26 @@ def cudagraph_mode_problem(mode: Any) -> str | None:
     supported = supported_cudagraph_modes()
     if name in supported:
         return None
-    hint = (" or set FOUNDRY_VLLM_PIECEWISE=1 for the experimental piecewise support"
-            if name in PIECEWISE_CUDAGRAPH_MODES else "")
-    return f"cudagraph_mode={name} is not supported (supported: {', '.join(supported)}; pass {CUDAGRAPH_MODE_FLAG}{hint})"
+    if name in PIECEWISE_CUDAGRAPH_MODES:
+        from vllm_foundry import piecewise
+
+        why = f"piecewise graphs are off: {piecewise.disabled_reason()}"
+    elif name == "NONE":
+        why = NONE_HINT
+    else:
+        why = f"pass {CUDAGRAPH_MODE_FLAG} or leave vLLM's default"
+    return f"cudagraph_mode={name} is not supported ({why}; supported: {', '.join(supported)})"
 
 
 def piecewise_problems(vllm_config: Any, environ: Any = None) -> list[str]:
     """What the piecewise path cannot restore: pieces made by Inductor's graph partition or by
-    vLLM's breakable CUDA graphs (other wrapper classes)."""
+    vLLM's breakable CUDA graphs (other wrapper classes), and pieces with tensor parallel, whose
+    all-reduces sit inside the pieces and have not run restored (the FULL graphs' have)."""
     problems = []
+    tp = config_value(vllm_config, "parallel_config", "tensor_parallel_size", default=1)
+    if isinstance(tp, int) and tp > 1:
+        problems.append(f"piecewise graphs with tensor_parallel_size={tp} are not supported yet (pass "
+                        f"{CUDAGRAPH_MODE_FLAG}: decode graphs with tensor parallel are)")
     if config_value(vllm_config, "compilation_config", "use_inductor_graph_partition", default=False):
         problems.append("use_inductor_graph_partition=True is not supported with piecewise graphs")
     if env_flag("VLLM_USE_BREAKABLE_CUDAGRAPH", default=False, environ=environ):

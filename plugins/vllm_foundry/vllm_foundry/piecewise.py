@@ -1,6 +1,5 @@
-"""Piecewise CUDA graphs (``FULL_AND_PIECEWISE``, ``PIECEWISE``): experimental, opt-in with
-``FOUNDRY_VLLM_PIECEWISE=1``; run on a GPU with a small model and with Qwen3-8B shapes
-(docs/vllm-piecewise.md).
+"""Piecewise CUDA graphs (``FULL_AND_PIECEWISE``, vLLM's default mode, and ``PIECEWISE``):
+saved and restored unless ``FOUNDRY_VLLM_PIECEWISE=0`` (docs/vllm-piecewise.md).
 
 vLLM's V2 runner captures one graph per compiled piece (a ``CUDAGraphWrapper`` around each
 ``PiecewiseBackend``) and per ``PIECEWISE`` batch descriptor, inside the same
@@ -36,13 +35,31 @@ ENV = "FOUNDRY_VLLM_PIECEWISE"
 PREFIX = "pw:"
 STATE_KEY = "piecewise"
 
-__all__ = ["EAGER", "ENV", "OTHER", "PREFIX", "Pieces", "READY", "collect", "enabled", "is_piece", "piece_name",
-           "wanted_sizes", "wrapper_key"]
+__all__ = ["EAGER", "ENV", "OTHER", "PREFIX", "Pieces", "READY", "collect", "disabled_reason", "enabled", "is_piece",
+           "mark_unavailable", "piece_name", "wanted_sizes", "wrapper_key"]
+
+
+_unavailable: str | None = None  # why this process's vLLM cannot restore pieces (a missing seam)
 
 
 def enabled() -> bool:
-    """Whether the experimental piecewise path is switched on."""
-    return runtime.env_flag(ENV, default=False)
+    """Whether piecewise graphs are saved and restored: yes, unless ``FOUNDRY_VLLM_PIECEWISE=0``
+    or the installed vLLM lacks a seam the pieces need (:func:`mark_unavailable`)."""
+    return _unavailable is None and runtime.env_flag(ENV, default=True)
+
+
+def disabled_reason() -> str:
+    """Why :func:`enabled` is False, as the end of a sentence."""
+    if _unavailable is not None:
+        return f"this vLLM lacks a seam the pieces need ({_unavailable})"
+    return f"{ENV}=0 turns them off"
+
+
+def mark_unavailable(reason: str | None) -> None:
+    """With a reason, the piecewise modes are refused from now on in this process (the FULL graphs
+    still work); None when the seams are installed."""
+    global _unavailable
+    _unavailable = reason
 
 
 def wrapper_key(wrapper: Any) -> str | None:

@@ -27,10 +27,9 @@ import os
 from foundry_core.engine import Mode, Settings, host_caches, preload_active, prepare_child_environment, resolve_settings
 from foundry_core.engine.environment import STRICT_ENV, plugin_child_environment
 from foundry_core.engine.logs import LOG_ENV, setup_logging
-from foundry_core.engine.options import env_flag
 from foundry_core.engine.registration import PluginRegistration
 
-from vllm_foundry import capture_patches, cli, compile_artifact, compile_cache, modes, piecewise, worker_patches
+from vllm_foundry import capture_patches, cli, compile_artifact, compile_cache, modes, worker_patches
 
 logger = logging.getLogger("foundry.vllm")
 
@@ -52,8 +51,7 @@ def child_environment(settings: Settings) -> dict[str, str]:
     """This process's environment as vLLM's children must inherit it."""
     env = plugin_child_environment(settings, plugin="vllm-foundry", off_hint=modes.OFF_HINT,
                                    prepare=prepare_child_environment)
-    pieces = env_flag(piecewise.ENV, default=False, environ=env)
-    if compile_artifact.whole_artifact_wanted(env, compile_artifact.installed_torch_version(), pieces):
+    if compile_artifact.whole_artifact_wanted(env, compile_artifact.installed_torch_version()):
         logger.info("foundry: %s=1 (vLLM loads its compiled model whole at LOAD; set it to 0 to keep vLLM's default)",
                     compile_artifact.MEGA_AOT_ENV)
         env[compile_artifact.MEGA_AOT_ENV] = "1"

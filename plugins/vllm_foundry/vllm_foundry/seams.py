@@ -116,7 +116,7 @@ SEAMS: tuple[Seam, ...] = (
          purpose="the persistent output buffers the FULL graphs write (restored as graph outputs at LOAD)"),
     Seam("cg.run_fullgraph", _CG_V2, "CudaGraphManager.run_fullgraph", "method", params=("self", "desc"),
          purpose="replays self.graphs[desc] (restored graphs have .replay())"),
-    # ---- piecewise graphs (experimental, FOUNDRY_VLLM_PIECEWISE=1) -----------------------------
+    # ---- piecewise graphs (FULL_AND_PIECEWISE, PIECEWISE; missing ones refuse only those modes) ---
     Seam("piece.call", _PIECE, "CUDAGraphWrapper.__call__", "method", params=("self",),
          purpose="LOAD: installs a restored piece as the wrapper's entry at its first call for a descriptor"),
     Seam("piece.init", _PIECE, "CUDAGraphWrapper.__init__", "method",
