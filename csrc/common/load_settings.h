@@ -18,4 +18,10 @@ void set_map_archive_files(bool map);
 size_t image_threads_setting();
 void set_image_threads_setting(size_t threads);
 
+// FOUNDRY_NODE_PRIORITY: restored execs honour each kernel node's captured priority, as PyTorch's
+// do (default); with "0" they run at the priority of the stream they are launched into
+// (graph/exec_flags.h). For comparing the two on a workload.
+bool use_node_priority();
+void set_use_node_priority(bool use);
+
 }  // namespace foundry

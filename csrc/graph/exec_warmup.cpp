@@ -57,7 +57,7 @@ class StandIns {
 
   Status instantiate() {
     CUgraphExec exec = nullptr;
-    FOUNDRY_RETURN_IF_ERROR(cuda_check(d_->cuGraphInstantiateWithFlags(&exec, graph_, kExecInstantiateFlags), "cuGraphInstantiate (stand-in)"));
+    FOUNDRY_RETURN_IF_ERROR(cuda_check(d_->cuGraphInstantiateWithFlags(&exec, graph_, exec_instantiate_flags()), "cuGraphInstantiate (stand-in)"));
     execs_.push_back(exec);
     return Status::Ok();
   }

@@ -342,7 +342,7 @@ Status GraphSet::switch_to(size_t i, Working* w) {
 Status GraphSet::instantiate_from(size_t i, Working* w) {
   FOUNDRY_RETURN_IF_ERROR(switch_to(i, w));
   CUgraphExec exec = nullptr;
-  FOUNDRY_RETURN_IF_ERROR(cuda_check(driver_if_open()->cuGraphInstantiateWithFlags(&exec, w->graph, kExecInstantiateFlags),
+  FOUNDRY_RETURN_IF_ERROR(cuda_check(driver_if_open()->cuGraphInstantiateWithFlags(&exec, w->graph, exec_instantiate_flags()),
                                      ("cuGraphInstantiate of graph " + std::to_string(i) + " (" + payload_.members[i].name + ")").c_str()));
   members_[i]->exec.store(exec, std::memory_order_release);
   return Status::Ok();
