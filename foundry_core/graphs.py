@@ -279,8 +279,8 @@ class RestoredGraph:
         return bool(out.value)
 
     def exec_flags(self) -> int:
-        """The ``cudaGraphInstantiateFlags`` its executable graph was made with (the same as
-        PyTorch's for a captured graph); raises FoundryError before it is instantiated."""
+        """The ``cudaGraphInstantiateFlags`` the driver reports for its executable graph, the same
+        as for a graph PyTorch captured; raises FoundryError before it is instantiated."""
         out = ctypes.c_uint64()
         _native.call("foundry_graphset_exec_flags", self._archive._handle, self.index, ctypes.byref(out))
         return out.value

@@ -224,8 +224,9 @@ FOUNDRY_API foundry_status foundry_graphset_ready(void* set, uint64_t index, int
 FOUNDRY_API foundry_status foundry_graphset_launch(void* set, uint64_t index, uint64_t stream);
 /* The template CUgraph graph `index` is instantiated from (owned by the set). */
 FOUNDRY_API foundry_status foundry_graphset_template(void* set, uint64_t index, uint64_t* graph);
-/* The flags graph `index`'s exec was instantiated with (CUgraphInstantiate_flags; PyTorch's own:
- * AUTO_FREE_ON_LAUNCH | USE_NODE_PRIORITY). FOUNDRY_ERR_STATE before it is instantiated. */
+/* The flags the driver reports for graph `index`'s exec (cuGraphExecGetFlags; Foundry passes
+ * PyTorch's AUTO_FREE_ON_LAUNCH | USE_NODE_PRIORITY, and the driver reports the first only, as it
+ * does for PyTorch's execs). FOUNDRY_ERR_STATE before it is instantiated. */
 FOUNDRY_API foundry_status foundry_graphset_exec_flags(void* set, uint64_t index, uint64_t* flags);
 FOUNDRY_API void foundry_graphset_free(void* set);
 

@@ -56,7 +56,7 @@ def test_all_reduce_graphs_restore_bit_identical_on_both_ranks(tmp_path):
         for name in sorted(s["replay_ms"], key=lambda n: int(n[1:])):
             print(f"  {name}: replay {s['replay_ms'][name]:.4f} ms captured, {r['replay_ms'][name]:.4f} ms restored")
         assert r["digests"] == s["digests"]
-        assert r["exec_flags"] == 9, r["exec_flags"]  # PyTorch's AUTO_FREE_ON_LAUNCH | USE_NODE_PRIORITY
+        assert r["exec_flags"] & 1, r["exec_flags"]  # instantiated with PyTorch's flags (test_graphs.py)
         for name, captured in s["launches"].items():
             restored = r["launches"][name]
             nccl = [(c, x) for c, x in zip(captured, restored) if "nccl" in c["name"].lower()]
