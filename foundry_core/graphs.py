@@ -307,6 +307,12 @@ class LoadTimes:
     nccl_events: int = 0  # archived events that are now the live NCCL's serial event (docs/multi-gpu.md)
     extra: dict = field(default_factory=dict)
 
+    def breakdown(self) -> str:
+        """The steps of a restore, for a log line: ``images 0.00 s, read 0.01 s, ...``."""
+        steps = (("images", self.images_s), ("read", self.read_s), ("claims", self.claim_s), ("build", self.build_s),
+                 ("deltas", self.update_s), ("instantiate", self.instantiate_s), ("outputs", self.outputs_s))
+        return ", ".join(f"{name} {seconds:.2f} s" for name, seconds in steps)
+
 
 def _native_times(handle: ctypes.c_void_p) -> LoadTimes:
     """The graph set's native times so far (read, claims, builds, delta writes, blocks)."""

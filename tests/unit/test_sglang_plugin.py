@@ -39,6 +39,7 @@ except ImportError:  # not installed: test the source tree
 from foundry_core.engine import Mode  # noqa: E402
 from foundry_core.engine.layout import rank_dir  # noqa: E402
 from foundry_core.errors import InvalidArgumentError, MismatchError, StateError, UnsupportedError  # noqa: E402
+from foundry_core.graphs import LoadTimes  # noqa: E402
 from foundry_core.fingerprint import check_fingerprint  # noqa: E402
 from foundry_core.manifest import MANIFEST_NAME, read_manifest, write_manifest  # noqa: E402
 
@@ -1003,7 +1004,7 @@ class FakeArchive:
         self.graphs = [FakeRestored(name, i) for i, name in enumerate(graphs)]
         self._outputs = [tuple(FakeTensor(t.ptr, t.shape) for t in graphs[name]) for name in graphs]
         self.closed = False
-        self.times = types.SimpleNamespace(images_s=0.0, build_s=0.0, instantiate_s=0.0, update_s=0.0)
+        self.times = LoadTimes()
 
     def __iter__(self):
         return iter(self.graphs)

@@ -30,6 +30,7 @@ except ImportError:  # not installed: test the source tree
 
 from foundry_core.engine import Mode  # noqa: E402
 from foundry_core.errors import InvalidArgumentError, StateError  # noqa: E402
+from foundry_core.graphs import LoadTimes  # noqa: E402
 
 from vllm_foundry import adapter as adapter_mod  # noqa: E402
 from vllm_foundry import capture_patches, cli, modes, patching, piecewise, ranks, runtime, seams, worker_patches  # noqa: E402
@@ -875,7 +876,7 @@ class FakeArchive:
         self.graphs = [FakeRestored(n, i, log) for i, n in enumerate(names)]
         self.hidden = hidden
         self.closed = False
-        self.times = types.SimpleNamespace(images_s=0.0, build_s=0.0, instantiate_s=0.0, update_s=0.0)
+        self.times = LoadTimes()
 
     def __iter__(self):
         return iter(self.graphs)

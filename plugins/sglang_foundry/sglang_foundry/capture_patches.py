@@ -333,12 +333,9 @@ def _restore(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., 
         backend._outputs[key] = restored[key]
     backend._foundry_archive = archive  # SGLang keeps only the graph table; keep the outputs' owner too
     rt.restored = len(keys)
-    times = getattr(archive, "times", None)
-    logger.info("foundry: restored %d decode graphs in %.2f s (instantiate=%s; images %.2f s, build %.2f s, "
-                "deltas %.2f s, instantiate %.2f s) instead of capturing; SGLang's per-shape loop without forwards "
-                "took %.2f s, installing the graphs and outputs %.2f s", len(keys), loaded, instantiate,
-                getattr(times, "images_s", 0.0), getattr(times, "build_s", 0.0), getattr(times, "update_s", 0.0),
-                getattr(times, "instantiate_s", 0.0), loop_s, time.perf_counter() - start)
+    logger.info("foundry: restored %d decode graphs in %.2f s (instantiate=%s; %s) instead of capturing; SGLang's "
+                "per-shape loop without forwards took %.2f s, installing the graphs and outputs %.2f s", len(keys),
+                loaded, instantiate, archive.times.breakdown(), loop_s, time.perf_counter() - start)
     return result
 
 

@@ -253,9 +253,8 @@ def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., An
         if len(outputs) > 1:
             manager.aux_hidden_states = list(outputs[1:])
     manager._foundry_archive = archive  # vLLM keeps only self.graphs; keep the outputs' owner too
-    logger.info("foundry: restored %d graphs in %.2f s (instantiate=%s; images %.2f s, build %.2f s, "
-                "deltas %.2f s, instantiate %.2f s) instead of capturing", len(placeholders) + len(pieces), loaded,
-                instantiate, archive.times.images_s, archive.times.build_s, archive.times.update_s, archive.times.instantiate_s)
+    logger.info("foundry: restored %d graphs in %.2f s (instantiate=%s; %s) instead of capturing",
+                len(placeholders) + len(pieces), loaded, instantiate, archive.times.breakdown())
     return result
 
 
