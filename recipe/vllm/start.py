@@ -111,6 +111,8 @@ def main() -> None:
                              "--no-compile, where vLLM would capture no graphs)")
     parser.add_argument("--tp", type=int, default=1,
                         help="tensor parallel size (all-reduce through NCCL: custom all-reduce off in every start)")
+    parser.add_argument("--ep", action="store_true",
+                        help="expert parallel over the tensor-parallel group (a mixture-of-experts model)")
     args = parser.parse_args()
 
     t0 = time.time()
@@ -126,7 +128,7 @@ def main() -> None:
     llm = LLM(model=args.model, load_format="dummy", attention_backend="FLASH_ATTN", seed=0,
               max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
               enforce_eager=args.eager, compilation_config=None if args.eager else compilation,
-              tensor_parallel_size=args.tp, disable_custom_all_reduce=args.tp > 1)
+              tensor_parallel_size=args.tp, disable_custom_all_reduce=args.tp > 1, enable_expert_parallel=args.ep)
     ready = time.time()
     result: dict = {"ready_s": ready - process_start_time(), "init_s": ready - t0,
                     "foundry_mode": os.environ.get("FOUNDRY_MODE", "off"), "eager": args.eager,

@@ -651,6 +651,19 @@ def test_data_parallel_of_dense_models_on_one_node_through_vllms_launcher_only(m
     assert any("expert parallel" in p for p in problems) and any("nnodes=2" in p for p in problems)
 
 
+def test_expert_parallel_over_the_tensor_parallel_group_is_opt_in_and_never_with_load_balancing(monkeypatch):
+    ep = {"parallel_config.enable_expert_parallel": True, "parallel_config.tensor_parallel_size": 2}
+    (refusal,) = modes.unsupported_settings(fake_config(**ep))
+    assert "experimental: set FOUNDRY_VLLM_EXPERT_PARALLEL=1" in refusal
+    monkeypatch.setenv(modes.EXPERT_PARALLEL_ENV, "1")
+    assert modes.unsupported_settings(fake_config(**ep)) == []
+    (eplb,) = modes.unsupported_settings(fake_config(**ep, **{"parallel_config.enable_eplb": True}))
+    assert "enable_eplb" in eplb
+    # With data parallel the experts are exchanged through all-to-all kernels: still refused.
+    with_dp = modes.unsupported_settings(fake_config(**ep, **{"parallel_config.data_parallel_size": 2}))
+    assert len(with_dp) == 1 and "mixture-of-experts" in with_dp[0]
+
+
 @pytest.mark.parametrize(("tp", "dp", "dp_rank", "backend", "rank", "expected"), [
     (1, 1, 0, None, 0, 0),                    # one GPU
     (2, 1, 0, None, 1, 1),                    # tensor parallel: the engine's rank is global

@@ -141,13 +141,30 @@ def parallel_problems(vllm_config: Any) -> list[str]:
     if pp != 1:
         problems.append(f"pipeline_parallel_size={pp} is not supported (one GPU, tensor or data parallel only)")
     if config_value(vllm_config, "parallel_config", "enable_expert_parallel", default=False):
-        problems.append("expert parallel (enable_expert_parallel) is not supported (docs/multi-gpu.md)")
+        problems += expert_parallel_problems(vllm_config)
     nnodes = config_value(vllm_config, "parallel_config", "nnodes", default=1)
     if isinstance(nnodes, int) and nnodes > 1:
         problems.append(f"nnodes={nnodes} is not supported (one node)")
     from vllm_foundry import ranks  # ranks reads this module's config accessor
 
     return problems + ranks.replica_problems(vllm_config)
+
+
+EXPERT_PARALLEL_ENV = "FOUNDRY_VLLM_EXPERT_PARALLEL"
+
+
+def expert_parallel_problems(vllm_config: Any, environ: Any = None) -> list[str]:
+    """Expert parallel over the tensor-parallel group (data parallel 1: each rank holds some of the
+    experts and the layer's output is all-reduced, the collectives of tensor parallel, no
+    all-to-all) is experimental, with FOUNDRY_VLLM_EXPERT_PARALLEL=1; it has not run on a GPU yet.
+    With data parallel (all-to-all kernels: DeepEP, NVSHMEM) it is refused by ranks.py and
+    designed in docs/multi-gpu.md; expert load balancing moves experts while serving."""
+    if config_value(vllm_config, "parallel_config", "enable_eplb", default=False):
+        return ["expert load balancing (enable_eplb) is not supported (it moves experts between ranks while serving)"]
+    if not env_flag(EXPERT_PARALLEL_ENV, default=False, environ=environ):
+        return ["expert parallel (enable_expert_parallel) is not supported yet (docs/multi-gpu.md); over the "
+                f"tensor-parallel group without data parallel it is experimental: set {EXPERT_PARALLEL_ENV}=1"]
+    return []
 
 
 def format_refusal(problems: list[str]) -> str:
