@@ -10,6 +10,8 @@
 
 #include <cuda.h>
 
+#include "common/load_settings.h"
+#include "graph/exec_flags.h"
 #include "graph/exec_warmup.h"
 #include "graph/payload.h"
 #include "tests/check.h"
@@ -21,6 +23,7 @@ extern "C" {
 void fake_reset_graphs(long n);
 size_t fake_exec_sizes(uint64_t* out, size_t cap);
 size_t fake_most_live_execs();
+unsigned long long fake_last_instantiate_flags();
 long fake_live_graphs_and_execs();
 long fake_live_modules();
 }
@@ -87,6 +90,18 @@ TEST_CASE("one stand-in exec per graph, of its size, all alive together, all rel
   CHECK_EQ(fake_most_live_execs(), 4u);  // kept alive as a restore keeps its graphs
   CHECK_EQ(fake_live_graphs_and_execs(), handles);
   CHECK_EQ(fake_live_modules(), modules);  // the no-op kernel's module unloaded
+}
+
+TEST_CASE("execs are instantiated with PyTorch's flags; FOUNDRY_NODE_PRIORITY=0 leaves node priorities out") {
+  with_context();
+  fake_reset_graphs(-1);
+  CHECK_EQ(exec_instantiate_flags(), 9ull);  // AUTO_FREE_ON_LAUNCH | USE_NODE_PRIORITY
+  CHECK(warm_exec_memory({10}).ok());
+  CHECK_EQ(fake_last_instantiate_flags(), 9ull);
+  set_use_node_priority(false);
+  CHECK(warm_exec_memory({10}).ok());
+  CHECK_EQ(fake_last_instantiate_flags(), 1ull);
+  set_use_node_priority(true);
 }
 
 TEST_CASE("a driver failure part-way is reported and releases what was made") {

@@ -28,6 +28,8 @@ def test_restored_graph_is_bit_identical(case, program, tmp_path):
     assert sorted(map(json.dumps, loaded["launches"])) == sorted(map(json.dumps, saved["launches"]))
     print(f"{case}: kernel priorities {sorted({k['priority'] for k in saved['launches']})}, "
           f"exec flags captured {saved['exec_flags']} restored {loaded['exec_flags']}")
+    if case == "streams":  # the side stream's kernels were captured at its higher priority
+        assert {k["priority"] for k in saved["launches"]} == {-1, 0}, saved["launches"]
     # The restored exec is instantiated as PyTorch instantiates a captured one (the driver reports
     # AUTO_FREE_ON_LAUNCH, 1, for both; it does not report USE_NODE_PRIORITY, which both pass).
     assert loaded["exec_flags"] & 1, loaded["exec_flags"]

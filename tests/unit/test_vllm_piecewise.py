@@ -1,5 +1,5 @@
-"""vllm-foundry's experimental piecewise path (FOUNDRY_VLLM_PIECEWISE=1): naming pieces, collecting
-them at SAVE, installing restored ones at their first call at LOAD, the mode checks. vLLM's objects
+"""vllm-foundry's piecewise graphs (vLLM's default mode, FULL_AND_PIECEWISE): naming pieces,
+collecting them at SAVE, installing restored ones at their first call at LOAD, the mode checks. vLLM's objects
 are stood in for by small fakes with the attributes vLLM 0.25 has (see seams.py)."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def wrapper(index: int, total: int = 3, prefix: str = "backbone", mode=Mode.PIEC
 
 @pytest.fixture(autouse=True)
 def piecewise_on(monkeypatch):
-    monkeypatch.setenv(piecewise.ENV, "1")
+    monkeypatch.delenv(piecewise.ENV, raising=False)  # on by default
     monkeypatch.setattr(piecewise, "_unavailable", None)  # another test's vLLM may have lacked the seam
 
 
@@ -203,17 +203,20 @@ def test_save_refuses_a_piece_whose_outputs_are_not_tensors():
         piecewise.collect([w])
 
 
-def test_piecewise_modes_are_supported_unless_turned_off_and_refuse_what_cannot_be_restored(monkeypatch):
+def test_the_default_mode_is_supported_unless_turned_off_and_refuses_what_cannot_be_restored(monkeypatch):
     config = types.SimpleNamespace(compilation_config=types.SimpleNamespace(
         cudagraph_mode=Mode.FULL_AND_PIECEWISE, use_inductor_graph_partition=False))
-    monkeypatch.delenv(piecewise.ENV)
+    monkeypatch.delenv(piecewise.ENV, raising=False)
     assert modes.cudagraph_mode_problem(Mode.FULL_AND_PIECEWISE) is None  # vLLM's default mode
-    assert modes.cudagraph_mode_problem(Mode.PIECEWISE) is None
+    # Pieces alone: vLLM makes no decode graph and no decode output buffer, so nothing is saved.
+    alone = modes.cudagraph_mode_problem(Mode.PIECEWISE)
+    assert "pieces without decode graphs are not saved" in alone and "or leave vLLM's default" in alone
     monkeypatch.setenv(piecewise.ENV, "0")
     problem = modes.cudagraph_mode_problem(Mode.FULL_AND_PIECEWISE)
     assert "FULL_AND_PIECEWISE is not supported" in problem and f"{piecewise.ENV}=0" in problem
+    assert "pass -cc.cudagraph_mode=FULL_DECODE_ONLY;" in problem  # not "leave vLLM's default": refused too
     assert "supported: FULL_DECODE_ONLY)" in problem
-    monkeypatch.delenv(piecewise.ENV)
+    monkeypatch.delenv(piecewise.ENV, raising=False)
     # A vLLM without the piece seam: the piecewise modes are refused, naming the seam.
     monkeypatch.setattr(piecewise, "_unavailable", "seam piece.call: CUDAGraphWrapper.__call__ is missing")
     assert not piecewise.enabled()

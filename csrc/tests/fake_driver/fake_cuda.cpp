@@ -51,6 +51,7 @@ std::map<CUgraphExec, uint64_t> execs;       // exec -> nodes of its graph when 
 std::vector<uint64_t> exec_sizes;            // every exec made, in order; guarded by mu
 size_t most_execs = 0;                       // guarded by mu
 long instantiations_left = -1;               // fail once this reaches 0; -1: never; guarded by mu
+unsigned long long last_flags = 0;            // of the last instantiation; guarded by mu
 uintptr_t next_handle = 0x100000;            // guarded by mu
 
 // Holds a "PAIR" load until `awaited` of them are under way together (so on as many threads).
@@ -147,8 +148,9 @@ CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode* node, CUgraph graph, const CU
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long) {
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
   std::lock_guard<std::mutex> lock(mu);
+  last_flags = flags;
   auto g = graphs.find(graph);
   if (g == graphs.end()) return CUDA_ERROR_INVALID_HANDLE;
   if (instantiations_left == 0) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -196,6 +198,11 @@ size_t fake_exec_sizes(uint64_t* out, size_t cap) {
   std::lock_guard<std::mutex> lock(mu);
   for (size_t i = 0; i < exec_sizes.size() && i < cap; ++i) out[i] = exec_sizes[i];
   return exec_sizes.size();
+}
+// The flags of the last cuGraphInstantiateWithFlags call.
+unsigned long long fake_last_instantiate_flags() {
+  std::lock_guard<std::mutex> lock(mu);
+  return last_flags;
 }
 size_t fake_most_live_execs() {
   std::lock_guard<std::mutex> lock(mu);

@@ -337,7 +337,8 @@ WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
     "runner.capture_model": wrap_capture_model,
     "cg.capture": wrap_capture,
 }
-# A vLLM without these seams still runs the FULL graphs: the piecewise modes are then refused.
+# A vLLM without these seams still runs the FULL graphs: the piecewise mode is then refused.
+PIECE_SEAMS = tuple(s.name for s in seams.SEAMS if s.name.startswith("piece."))
 PIECE_WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
     "piece.call": wrap_piece_call,
 }
@@ -350,11 +351,12 @@ def install() -> None:
     if not piecewise.enabled():
         return
     try:
-        _piece_seams()  # resolved now, so that a missing one refuses the modes before any start
+        for name in PIECE_SEAMS:  # all resolved now, so that a missing one refuses the mode before any start
+            patching.resolve(seams.seam(name))
         for name, make in PIECE_WRAPPERS.items():
             patching.install(name, make)
         piecewise.mark_unavailable(None)
     except SeamError as exc:
         piecewise.mark_unavailable(str(exc))
-        logger.warning("foundry: piecewise graphs cannot be restored with this vLLM (%s); FULL_AND_PIECEWISE and "
-                       "PIECEWISE are refused, FULL_DECODE_ONLY works", exc)
+        logger.warning("foundry: piecewise graphs cannot be restored with this vLLM (%s); FULL_AND_PIECEWISE is "
+                       "refused, FULL_DECODE_ONLY works", exc)

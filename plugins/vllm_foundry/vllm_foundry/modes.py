@@ -2,11 +2,12 @@
 
 Supported in this version: the V2 model runner (vLLM's default since 0.25 for most models),
 ``cudagraph_mode`` ``FULL_AND_PIECEWISE`` (vLLM's default: full graphs of uniform decode batches,
-piecewise graphs of the others; piecewise.py), ``PIECEWISE`` and ``FULL_DECODE_ONLY`` (decode
-graphs only, the mode without torch.compile), without Inductor graph partition or breakable CUDA
-graphs; one GPU, tensor or data parallel (pipeline parallel size 1), no speculative decoding, no
-LoRA, no sleep mode, no dual-batch overlap, no CPU weight offload. ``FOUNDRY_VLLM_PIECEWISE=0``
-refuses the piecewise modes.
+piecewise graphs of the others; piecewise.py) without Inductor graph partition or breakable CUDA
+graphs, and ``FULL_DECODE_ONLY`` (decode graphs only, the mode without torch.compile); one GPU,
+tensor or data parallel (pipeline parallel size 1), no speculative decoding, no LoRA, no sleep
+mode, no dual-batch overlap, no CPU weight offload. ``FOUNDRY_VLLM_PIECEWISE=0`` refuses
+``FULL_AND_PIECEWISE``. ``PIECEWISE`` alone is refused: vLLM then captures no decode graph and
+makes none of the decode output buffers the archive's graphs are restored around.
 
 Policy: **refuse**. When Foundry is active (an archive is given and the mode is not ``off``) and
 the configuration is not supported, the worker raises UnsupportedConfigError before its first
@@ -45,7 +46,7 @@ def mode_name(mode: Any) -> str:
     return text.rsplit(".", 1)[-1].upper()
 
 
-PIECEWISE_CUDAGRAPH_MODES = ("FULL_AND_PIECEWISE", "PIECEWISE")
+PIECEWISE_CUDAGRAPH_MODES = ("FULL_AND_PIECEWISE",)
 
 
 def supported_cudagraph_modes() -> tuple[str, ...]:
@@ -60,14 +61,17 @@ def cudagraph_mode_problem(mode: Any) -> str | None:
     supported = supported_cudagraph_modes()
     if name in supported:
         return None
-    if name in PIECEWISE_CUDAGRAPH_MODES:
-        from vllm_foundry import piecewise
+    from vllm_foundry import piecewise
 
-        why = f"piecewise graphs are off: {piecewise.disabled_reason()}"
+    way_out = f"pass {CUDAGRAPH_MODE_FLAG}" + (" or leave vLLM's default" if piecewise.enabled() else "")
+    if name in PIECEWISE_CUDAGRAPH_MODES:
+        why = f"piecewise graphs are off: {piecewise.disabled_reason()}; {way_out}"
     elif name == "NONE":
         why = NONE_HINT
+    elif name == "PIECEWISE":
+        why = f"pieces without decode graphs are not saved; {way_out}"
     else:
-        why = f"pass {CUDAGRAPH_MODE_FLAG} or leave vLLM's default"
+        why = way_out
     return f"cudagraph_mode={name} is not supported ({why}; supported: {', '.join(supported)})"
 
 

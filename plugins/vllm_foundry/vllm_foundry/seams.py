@@ -67,7 +67,7 @@ SEAMS: tuple[Seam, ...] = (
     # ---- configuration read by the adapter and the mode check -------------------------------
     Seam("config.cudagraph_mode", "vllm.config.compilation", "CUDAGraphMode", "enum",
          members=("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"),
-         purpose="the supported-mode check (FULL_DECODE_ONLY)"),
+         purpose="the supported-mode check (FULL_AND_PIECEWISE, FULL_DECODE_ONLY)"),
     Seam("config.use_v2", "vllm.config.vllm", "VllmConfig.use_v2_model_runner", "property",
          params=("self",), purpose="V2 model runner check"),
     Seam("config.model_hash", "vllm.config.model", "ModelConfig.compute_hash", "method",

@@ -53,15 +53,15 @@ def kernel_launches(graph: int, contains: str = "") -> list[dict]:
         p = _KernelNodeParams()
         assert cuda.cuGraphKernelNodeGetParams_v2(ctypes.c_void_p(node), ctypes.byref(p)) == 0
         name = ctypes.c_char_p()
-        cuda.cuFuncGetName(ctypes.byref(name), ctypes.c_void_p(p.func))
-        text = (name.value or b"?").decode()
+        assert cuda.cuFuncGetName(ctypes.byref(name), ctypes.c_void_p(p.func)) == 0
+        text = name.value.decode()
         if contains not in text:
             continue
         value = (ctypes.c_int * 16)()  # CUlaunchAttributeValue: a 64-byte union
-        cuda.cuGraphKernelNodeGetAttribute(ctypes.c_void_p(node), _PRIORITY, value)
+        assert cuda.cuGraphKernelNodeGetAttribute(ctypes.c_void_p(node), _PRIORITY, value) == 0
         priority = value[0]
         value = (ctypes.c_uint * 16)()
-        cuda.cuGraphKernelNodeGetAttribute(ctypes.c_void_p(node), _CLUSTER, value)
+        assert cuda.cuGraphKernelNodeGetAttribute(ctypes.c_void_p(node), _CLUSTER, value) == 0
         out.append({"name": text, "grid": list(p.grid), "block": list(p.block), "shared": p.shared,
                     "priority": priority, "cluster": list(value[:3])})
     return out
