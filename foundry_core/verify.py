@@ -268,7 +268,7 @@ def _root_checks(root: Path, ranks: list[tuple[str | None, Path]]) -> list[Check
     problems = [f"unexpected file {e.name}" for e in sorted(root.iterdir()) if e.name not in names]
     problems += [f"{r} is a symbolic link" for r, p in ranks if p.is_symlink()]
     checks = [_result("ranks", problems, f"{len(ranks)} rank archives: {', '.join(str(r) for r, _ in ranks)}")]
-    lists = [p / LIST_NAME for _, p in ranks if (p / LIST_NAME).exists() or (p / LIST_NAME).is_symlink()]
+    lists = [p / LIST_NAME for _, p in ranks if os.path.lexists(p / LIST_NAME)]  # a link is checked, not skipped
     if lists or (root / CACHES_DIR).exists():
         checks.append(_host_cache_check(root, lists))
     return checks

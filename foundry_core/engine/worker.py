@@ -28,8 +28,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from pathlib import Path
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from foundry_core.engine import host_caches, options, triton_cache
