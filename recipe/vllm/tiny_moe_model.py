@@ -63,6 +63,10 @@ def main() -> None:
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("tokenizer_dir", type=Path, help="a folder written by the enginepack's tiny_model.py")
     args = parser.parse_args()
+    missing = [n for n in ("config.json", *COPIED) if not (args.tokenizer_dir / n).is_file()]
+    if missing:
+        raise SystemExit(f"{args.tokenizer_dir} lacks {', '.join(missing)}: pass a folder written by the enginepack's "
+                         "tiny_model.py (python tiny_model.py DIR)")
     vocab = json.loads((args.tokenizer_dir / "config.json").read_text())["vocab_size"]
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for name in COPIED:

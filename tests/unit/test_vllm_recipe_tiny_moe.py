@@ -28,3 +28,13 @@ def test_writes_a_qwen2_moe_config_beside_the_tiny_models_tokenizer(tmp_path, mo
                 "shared_expert_intermediate_size"):
         assert config[key] % 2 == 0, key
     assert config["num_experts_per_tok"] < config["num_experts"]
+
+
+def test_a_folder_without_the_tiny_models_files_is_refused_naming_them(tmp_path, monkeypatch):
+    import pytest
+
+    (tmp_path / "tiny").mkdir()
+    monkeypatch.setattr("sys.argv", ["tiny_moe_model.py", str(tmp_path / "moe"), str(tmp_path / "tiny")])
+    with pytest.raises(SystemExit, match="lacks config.json, tokenizer.json.*tiny_model.py"):
+        tiny_moe.main()
+    assert not (tmp_path / "moe").exists()
