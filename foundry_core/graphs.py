@@ -301,7 +301,7 @@ class LoadTimes:
     # part of instantiate_s; in parallel mode instantiate_s is the wall time of the whole step.
     update_s: float = 0.0
     instantiate_s: float = 0.0
-    outputs_s: float = 0.0
+    outputs_s: float = 0.0  # output tensors made so far: each at its graph's first use (GraphArchive.outputs)
     mapped_blocks: int = 0
     existing_blocks: int = 0
     nccl_events: int = 0  # archived events that are now the live NCCL's serial event (docs/multi-gpu.md)
@@ -342,6 +342,9 @@ def check_graph_names(manifest_path: Path, listed: list[str], stored: list[str])
             raise FormatError(f"{manifest_path}: graph {i} is {a!r} in the manifest but {b!r} in the payload")
 
 
+_NOT_BUILT = object()
+
+
 class GraphArchive(Sequence):
     """The graphs of one archive, restored. Index it (or :meth:`get` by name) for RestoredGraph."""
 
@@ -352,9 +355,9 @@ class GraphArchive(Sequence):
         self.times = times
         self._graphs = [RestoredGraph(self, i, g["name"]) for i, g in enumerate(manifest["graphs"])]
         self._by_name = {g.name: g for g in self._graphs}
-        start = time.perf_counter()
-        self._outputs = [rebuild_outputs(g["outputs"], self) for g in manifest["graphs"]]
-        times.outputs_s = time.perf_counter() - start
+        # Rebuilt at first use: an engine may ask for few of them (pieces of the sizes it serves),
+        # and the manifest's check has already refused a malformed description.
+        self._outputs: list[Any] = [_NOT_BUILT] * len(self._graphs)
         count, groups = ctypes.c_uint64(), ctypes.c_uint64()
         _native.call("foundry_graphset_info", handle, ctypes.byref(count), ctypes.byref(groups), None)
         check_graph_names(manifest_path, [g.name for g in self._graphs], payload_graph_names(handle, count.value))
@@ -370,8 +373,15 @@ class GraphArchive(Sequence):
         return self._by_name[name]
 
     def outputs(self, i: int) -> Any:
-        """The output tensors of graph ``i`` (they alias the graph's memory, like captured outputs)."""
-        return self._outputs[i]
+        """The output tensors of graph ``i`` (they alias the graph's memory, like captured outputs),
+        made at the first call and the same objects afterwards; ``times.outputs_s`` adds up the
+        time spent making them."""
+        built = self._outputs[i]
+        if built is _NOT_BUILT:
+            start = time.perf_counter()
+            built = self._outputs[i] = rebuild_outputs(self.manifest["graphs"][i]["outputs"], self)
+            self.times.outputs_s += time.perf_counter() - start
+        return built
 
     def instantiate_all(self, threads: int = 1) -> float:
         """Instantiates every graph not yet instantiated; returns the seconds it took."""

@@ -106,7 +106,7 @@ def test_child_graph_nodes_restore(program, tmp_path):
     env = dict(os.environ, FOUNDRY_TEST_TMP=str(tmp_path))
     assert program("graph_probe", "child", "save", str(tmp_path), env=env)["saved"]
     r = program("graph_probe", "child", "load", str(tmp_path), env=env)
-    assert r["same_memory"] and r["max_error"] < 1e-5, r
+    assert r["same_memory"] and r["same_object"] and r["max_error"] < 1e-5, r
 
 
 def test_single_graph_saves_regroup_and_restore_through_start_graph_builds(program, tmp_path):

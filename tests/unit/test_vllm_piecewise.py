@@ -98,9 +98,15 @@ def test_the_piecewise_sizes_vllm_wants():
     assert piecewise.wanted_sizes(types.SimpleNamespace(_capture_descs={"FULL": [desc(cg_mode=Mode.FULL, num_tokens=4)]})) is None
 
 
-def _restored(names_inputs: dict[str, list[int]], pieces: int = 3) -> piecewise.Pieces:
+def _restored(names_inputs: dict[str, list[int]], pieces: int = 3, asked: list[str] | None = None) -> piecewise.Pieces:
+    """Pieces over fake graphs; ``asked`` collects the names whose outputs were asked for."""
     graphs = {n: f"restored:{n}" for n in names_inputs}
-    outputs = {n: (f"out:{n}",) for n in names_inputs}
+
+    def outputs(name: str) -> tuple[str]:
+        if asked is not None:
+            asked.append(name)
+        return (f"out:{name}",)
+
     return piecewise.Pieces(graphs, outputs, {"inputs": names_inputs, "pieces": [f"k{i}" for i in range(pieces)]})
 
 
@@ -111,9 +117,13 @@ def _context(n: int, mode=Mode.PIECEWISE) -> types.SimpleNamespace:
 def test_load_installs_a_restored_piece_at_its_first_call(caplog):
     w = wrapper(1)
     name = piecewise.piece_name("backbone:1/3", BatchDescriptor(8))
-    pieces = _restored({name: [0x100, 0x200]}, pieces=1)
+    other = piecewise.piece_name("backbone:1/3", BatchDescriptor(16))
+    asked: list[str] = []
+    pieces = _restored({name: [0x100, 0x200], other: [0x100]}, pieces=1, asked=asked)
+    assert asked == []  # no output tensors made before a piece is installed
     with caplog.at_level(logging.INFO, logger="foundry.vllm"):
         assert pieces.prepare(w, (Tensor(0x100), 3, Tensor(0x200)), Entry, _context(8)) == piecewise.READY
+    assert asked == [name]  # only the installed piece's
     entry = w.concrete_cudagraph_entries[BatchDescriptor(8)]
     assert (entry.cudagraph, entry.output, entry.input_addresses) == (f"restored:{name}", (f"out:{name}",), [0x100, 0x200])
     assert pieces.installed == 1
@@ -126,10 +136,12 @@ def test_load_installs_a_restored_piece_at_its_first_call(caplog):
 def test_load_runs_a_piece_eagerly_when_its_inputs_moved(caplog):
     w = wrapper(1)
     name = piecewise.piece_name("backbone:1/3", BatchDescriptor(8))
-    pieces = _restored({name: [0x100]})
+    asked: list[str] = []
+    pieces = _restored({name: [0x100]}, asked=asked)
     with caplog.at_level(logging.WARNING, logger="foundry.vllm"):
         assert pieces.prepare(w, (Tensor(0x180),), Entry, _context(8)) == piecewise.EAGER
         assert pieces.prepare(w, (Tensor(0x100),), Entry, _context(8)) == piecewise.EAGER  # decided once
+    assert asked == []
     assert BatchDescriptor(8) not in w.concrete_cudagraph_entries
     assert caplog.text.count("runs without a CUDA graph") == 1 and "not where they were at SAVE" in caplog.text
 

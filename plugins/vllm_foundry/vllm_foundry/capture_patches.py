@@ -241,7 +241,7 @@ def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., An
     pieces = {name: g for name, g in by_name.items() if piecewise.is_piece(name)}
     if pieces:
         recorded = rt.recorded_adapter_state()
-        rt.pieces = piecewise.Pieces(pieces, {n: archive.outputs(g.index) for n, g in pieces.items()},
+        rt.pieces = piecewise.Pieces(pieces, lambda name: archive.outputs(by_name[name].index),
                                      recorded.get(piecewise.STATE_KEY) or {})
     placeholders = list(manager.graphs)
     for desc in placeholders:

@@ -21,7 +21,7 @@ vLLM's V2 runner captures one graph per compiled piece (a ``CUDAGraphWrapper`` a
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from foundry_core.engine.capture import graph_name
@@ -148,9 +148,11 @@ OTHER = "other"    # not a piecewise call: vLLM's own path
 class Pieces:
     """LOAD: the restored pieces by name, installed into vLLM's wrappers at their first call."""
 
-    def __init__(self, graphs: Mapping[str, Any], outputs: Mapping[str, Any], state: Mapping[str, Any]):
+    def __init__(self, graphs: Mapping[str, Any], outputs: Callable[[str], Any], state: Mapping[str, Any]):
+        """``outputs(name)``: the restored output tensors of piece ``name``, asked for only when
+        the piece is installed (most engines serve a few of the captured sizes)."""
         self._graphs = dict(graphs)
-        self._outputs = dict(outputs)
+        self._outputs = outputs
         self._inputs = {k: list(v) for k, v in (state.get("inputs") or {}).items()}
         self._per_descriptor = max(len(state.get("pieces") or []), 1)
         self._eager: set[str] = set()
@@ -185,7 +187,7 @@ class Pieces:
         if _tensor_addresses(args) != saved:
             return self._run_eagerly(name, "its tensor arguments are not where they were at SAVE")
         entries[descriptor] = entry_type(batch_descriptor=descriptor, cudagraph=self._graphs[name],
-                                         output=self._outputs[name], input_addresses=saved)
+                                         output=self._outputs(name), input_addresses=saved)
         self.installed += 1
         label = graph_name(descriptor)
         self._done[label] = self._done.get(label, 0) + 1

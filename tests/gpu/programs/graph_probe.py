@@ -271,7 +271,8 @@ def child_graph(mode: str, directory: str) -> dict:
     torch.cuda.synchronize()
     expected = (x * 3 + 1) * 0.5 - 2
     restored = archive.outputs(0)
-    return {"max_error": float((restored - expected).abs().max()), "same_memory": restored.data_ptr() == out.data_ptr()}
+    return {"max_error": float((restored - expected).abs().max()), "same_memory": restored.data_ptr() == out.data_ptr(),
+            "same_object": archive.outputs(0) is restored}  # made once, at the first ask
 
 
 def many(mode: str, directory: str) -> dict:
