@@ -116,6 +116,14 @@ SEAMS: tuple[Seam, ...] = (
          purpose="the persistent output buffers the FULL graphs write (restored as graph outputs at LOAD)"),
     Seam("cg.run_fullgraph", _CG_V2, "CudaGraphManager.run_fullgraph", "method", params=("self", "desc"),
          purpose="replays self.graphs[desc] (restored graphs have .replay())"),
+    # ---- vLLM's shared workspace (workspace.py); a vLLM without one has nothing to re-allocate ---
+    Seam("workspace.initialized", "vllm.v1.worker.workspace", "is_workspace_manager_initialized", "function",
+         required=False, purpose="whether this process has a workspace manager"),
+    Seam("workspace.current", "vllm.v1.worker.workspace", "current_workspace_manager", "function",
+         required=False, purpose="the manager whose buffers the capture phase allocates again in the region"),
+    Seam("workspace.init", "vllm.v1.worker.workspace", "WorkspaceManager.__init__", "method",
+         params=("self", "device"), assigns=("_device", "_current_workspaces"), required=False,
+         purpose="the per-slot buffers (_current_workspaces) and their device, read and replaced"),
     # ---- piecewise graphs (FULL_AND_PIECEWISE, PIECEWISE; missing ones refuse only those modes) ---
     Seam("piece.call", _PIECE, "CUDAGraphWrapper.__call__", "method", params=("self",),
          purpose="LOAD: installs a restored piece as the wrapper's entry at its first call for a descriptor"),
@@ -140,7 +148,7 @@ SEAMS: tuple[Seam, ...] = (
 TABLE = SeamTable(
     engine="vLLM", package="vllm", tested_versions=TESTED_VERSIONS, seams=SEAMS,
     # These are only read or called (vLLM calls them from other modules), never wrapped.
-    read_only_modules=("vllm.plugins", "vllm.forward_context"),
+    read_only_modules=("vllm.plugins", "vllm.forward_context", "vllm.v1.worker.workspace"),
 )
 
 BY_NAME: dict[str, Seam] = TABLE.by_name
