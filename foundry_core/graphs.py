@@ -358,6 +358,7 @@ class GraphArchive(Sequence):
         # Rebuilt at first use: an engine may ask for few of them (pieces of the sizes it serves),
         # and the manifest's check has already refused a malformed description.
         self._outputs: list[Any] = [_NOT_BUILT] * len(self._graphs)
+        self._outputs_lock = threading.Lock()  # one set of tensors per graph, whichever thread asks first
         count, groups = ctypes.c_uint64(), ctypes.c_uint64()
         _native.call("foundry_graphset_info", handle, ctypes.byref(count), ctypes.byref(groups), None)
         check_graph_names(manifest_path, [g.name for g in self._graphs], payload_graph_names(handle, count.value))
@@ -377,11 +378,14 @@ class GraphArchive(Sequence):
         made at the first call and the same objects afterwards; ``times.outputs_s`` adds up the
         time spent making them."""
         built = self._outputs[i]
-        if built is _NOT_BUILT:
-            start = time.perf_counter()
-            built = self._outputs[i] = rebuild_outputs(self.manifest["graphs"][i]["outputs"], self)
-            self.times.outputs_s += time.perf_counter() - start
-        return built
+        if built is not _NOT_BUILT:
+            return built
+        with self._outputs_lock:
+            if self._outputs[i] is _NOT_BUILT:
+                start = time.perf_counter()
+                self._outputs[i] = rebuild_outputs(self.manifest["graphs"][i]["outputs"], self)
+                self.times.outputs_s += time.perf_counter() - start
+            return self._outputs[i]
 
     def instantiate_all(self, threads: int = 1) -> float:
         """Instantiates every graph not yet instantiated; returns the seconds it took."""

@@ -33,7 +33,8 @@ from foundry_core.errors import InvalidArgumentError, StateError  # noqa: E402
 from foundry_core.graphs import LoadTimes  # noqa: E402
 
 from vllm_foundry import adapter as adapter_mod  # noqa: E402
-from vllm_foundry import capture_patches, cli, modes, patching, piecewise, ranks, runtime, seams, worker_patches  # noqa: E402
+from vllm_foundry import (  # noqa: E402
+    capture_patches, cli, modes, patching, piecewise, ranks, runtime, seams, worker_patches, workspace)
 
 register_mod = importlib.import_module("vllm_foundry.register")  # the package attribute is the function
 _real_hosts_engine = register_mod.hosts_engine
@@ -194,9 +195,42 @@ FAKE_SOURCES = {
                 self.cudagraph_manager.capture(None, metadata_ptr=self.metadata_ptr)
                 return 123
     """,
+    "vllm.v1.worker.workspace": """
+        _manager = None
+        PROFILE_GROWS = 0  # bytes the profile's forward grows slot 0 to (0: a dense model's, none)
+
+        class Buffer:
+            def __init__(self, size, address):
+                self.size, self.address = size, address
+
+            def numel(self):
+                return self.size
+
+            def element_size(self):
+                return 1
+
+            def data_ptr(self):
+                return self.address
+
+        class WorkspaceManager:
+            def __init__(self, device, num_ubatches=None):
+                self._device = device
+                self._current_workspaces = [None] * (num_ubatches or 1)
+
+        def init_workspace_manager(device, num_ubatches=None):
+            global _manager
+            _manager = WorkspaceManager(device, num_ubatches)
+
+        def is_workspace_manager_initialized():
+            return _manager is not None
+
+        def current_workspace_manager():
+            return _manager
+    """,
     "vllm.v1.worker.gpu_worker": """
         from vllm.v1.worker.gpu.cudagraph_utils import LOG
         from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+        from vllm.v1.worker import workspace
 
         def kernel_warmup(worker):
             LOG.append("kernel_warmup")
@@ -217,10 +251,14 @@ FAKE_SOURCES = {
             def init_device(self):
                 LOG.append("set_device")
                 init_worker_distributed_environment(self.vllm_config, self.rank, "tcp://x", 0, "nccl")
+                workspace.init_workspace_manager("cuda:0")
                 self.model_runner = GPUModelRunner(self.vllm_config, "cuda:0")
 
             def determine_available_memory(self):
                 LOG.append("profile_run")
+                if workspace.PROFILE_GROWS:  # a MoE model's profile forward grows the shared workspace
+                    workspace.current_workspace_manager()._current_workspaces[0] = workspace.Buffer(
+                        workspace.PROFILE_GROWS, 0x7F00_0000)
                 return 1000
 
             def initialize_from_config(self, kv_cache_config):
@@ -981,6 +1019,44 @@ def test_load_flow_restores_instead_of_capturing(worker_env, monkeypatch):
     assert log[-1] == ("replay", capture_patches.graph_name(desc))
     # LOAD mirrors SAVE's cache flushes and pauses, with no work inside them.
     assert dev.count("empty_cache") == 8 and dev.count("stop_region") == 4
+
+
+def test_save_and_load_place_vllms_workspace_in_the_region_at_the_same_point(worker_env, fake_vllm, monkeypatch):
+    cg, ws = fake_vllm["vllm.v1.worker.gpu.cudagraph_utils"], fake_vllm["vllm.v1.worker.workspace"]
+
+    def allocate(size, device):
+        rt = runtime.current()
+        cg.LOG.append(("workspace", size, rt.region_open and rt._pause_depth == 0))  # in the region, not paused
+        return ws.Buffer(size, 0x1000_0000)
+
+    monkeypatch.setattr(workspace, "torch_bytes", allocate)
+    monkeypatch.setattr(workspace, "in_region", lambda address: 0x1000_0000 <= address < 0x2000_0000)
+    monkeypatch.setattr(ws, "PROFILE_GROWS", 4096)
+
+    def allocation_points(log):
+        return [e for e in log if e == "capture_model" or (isinstance(e, tuple) and e[0] in ("workspace", "kv_cache"))]
+
+    log, *_ = worker_env("save")
+    saved = allocation_points(log)
+    assert log.index("profile_run") < log.index(saved[0])
+    names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
+    assert state.adapter["workspace"] == [4096]
+    log, *_ = worker_env("load", state=state, archive_names=names)
+    assert "profile_run" not in log
+    assert allocation_points(log) == saved == [("workspace", 4096, True), ("kv_cache", 64), "capture_model"]
+    assert ws.current_workspace_manager()._current_workspaces[0].data_ptr() == 0x1000_0000
+
+
+def test_an_archive_without_workspace_sizes_places_nothing(worker_env, fake_vllm, monkeypatch):
+    monkeypatch.setattr(workspace, "torch_bytes", lambda size, device: pytest.fail("allocated a workspace"))
+    monkeypatch.setattr(workspace, "in_region", lambda address: True)  # SAVE: the profile's buffer is placed already
+    monkeypatch.setattr(fake_vllm["vllm.v1.worker.workspace"], "PROFILE_GROWS", 4096)
+    worker_env("save")
+    names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
+    assert state.adapter["workspace"] == [0]
+    del state.adapter["workspace"]  # an archive written before the workspace was placed
+    worker_env("load", state=state, archive_names=names)
+    assert fake_vllm["vllm.v1.worker.workspace"].current_workspace_manager()._current_workspaces == [None]
 
 
 def test_load_skips_capture_models_garbage_collection(worker_env, fake_vllm, monkeypatch):

@@ -1,8 +1,6 @@
 """The CUDA-graph capture seams of vLLM's V2 model runner (``vllm/v1/worker/gpu/``).
 
-``GPUModelRunner.capture_model`` marks the CAPTURE phase and ends the region when it returns; its
-first allocation, on both sides, is vLLM's shared workspace again, inside the region
-(``workspace.py``: the forwards that grew it ran outside).
+``GPUModelRunner.capture_model`` marks the CAPTURE phase and ends the region when it returns.
 ``CudaGraphManager.capture`` (reached through ``ModelCudaGraphManager.capture``'s ``super()``
 call) is where graphs are made:
 
@@ -50,7 +48,7 @@ from foundry_core.engine.capture import (
 )
 from foundry_core.errors import MismatchError, UnsupportedError
 
-from vllm_foundry import modes, patching, piecewise, ranks, runtime, seams, workspace
+from vllm_foundry import modes, patching, piecewise, ranks, runtime, seams
 from vllm_foundry.patching import SeamError
 from vllm_foundry.runtime import Phase
 
@@ -284,21 +282,6 @@ def without_gc_collect(function: Callable[..., Any]) -> contextlib.AbstractConte
     return swapped(module, gc=_GcWithoutCollect())
 
 
-def rehome_workspace(rt: runtime.WorkerRuntime) -> None:
-    """The capture phase's first allocation, on both sides: vLLM's workspace in the region, at
-    the sizes SAVE's forwards grew it to (workspace.py). The sizes go into the engine state on
-    both sides: a LOAD that falls back later in this phase and saves again allocated these."""
-    manager = workspace.current_manager()
-    if manager is None or rt.mode not in (Mode.SAVE, Mode.LOAD):
-        return
-    if rt.mode is Mode.SAVE:
-        wanted = workspace.sizes(manager)
-    else:
-        wanted = workspace.recorded_sizes(rt.recorded_adapter_state())
-    rt.adapter.state[workspace.STATE_KEY] = wanted
-    workspace.rehome(manager, wanted, workspace.torch_bytes)
-
-
 def wrap_capture_model(original: Callable[..., Any]) -> Callable[..., Any]:
     def capture_model(self: Any, *args: Any, **kwargs: Any) -> Any:
         rt = runtime.current()
@@ -307,8 +290,6 @@ def wrap_capture_model(original: Callable[..., Any]) -> Callable[..., Any]:
         rt.runner = self
         quiet = without_gc_collect(original) if rt.mode is Mode.LOAD else contextlib.nullcontext()
         with rt.in_phase(Phase.CAPTURE, Phase.WARMUP, "capture_model (capture or restore)"), quiet:
-            if rt.region_open:
-                rehome_workspace(rt)
             return original(self, *args, **kwargs)
 
     return capture_model

@@ -10,7 +10,8 @@ In startup order (vLLM 0.25.0 line numbers in ``seams.py``'s contract table):
 3. ``Worker.determine_available_memory``: LOAD returns the KV-cache bytes SAVE recorded (no
    ``profile_run``, no CUDA-graph memory profiling); SAVE profiles as vLLM does, paused. In mode
    load or auto, every rank first answers whether it LOADs (ranks.py): one that fell back alone
-   would profile with collectives its restoring peers never join.
+   would profile with collectives its restoring peers never join. Then both sides allocate
+   vLLM's shared workspace in the region (workspace.py: the profile grew it outside).
 4. ``Worker.initialize_from_config``: records the KV-cache block count; LOAD checks it.
 5. ``Worker.compile_or_warm_up_model``: the WARMUP phase, after the ranks agree again (a rank may
    have fallen back at step 4). Inside it, ``GPUModelRunner._dummy_run``
@@ -32,7 +33,7 @@ from typing import Any
 from foundry_core.engine import Mode, preload_active, resolve_settings
 from foundry_core.errors import MismatchError, StateError
 
-from vllm_foundry import modes, patching, ranks, runtime
+from vllm_foundry import modes, patching, ranks, runtime, workspace
 from vllm_foundry.runtime import Phase
 
 logger = logging.getLogger("foundry.vllm")
@@ -117,12 +118,14 @@ def wrap_determine_available_memory(original: Callable[..., Any]) -> Callable[..
             return original(self, *args, **kwargs)
         kv_bytes = _agreed_kv_bytes(rt) if ranks.may_load(rt) else None
         if kv_bytes is not None:
+            workspace.place_in_region(rt)
             self.available_kv_cache_memory_bytes = kv_bytes
             return kv_bytes
         if not rt.region_open:
             return original(self, *args, **kwargs)
         with runtime.timed("memory profiling"), rt.paused():
             result = original(self, *args, **kwargs)
+        workspace.place_in_region(rt)
         rt.adapter.state["kv_cache_bytes"] = int(result)
         return result
 

@@ -1,17 +1,20 @@
 """vLLM's shared workspace (``vllm/v1/worker/workspace.py``): one byte buffer per micro-batch slot
-that the fused-MoE kernels (and some attention backends) carve their scratch tensors from. vLLM
-grows it at its first use and keeps it; CUDA graphs captured later point into it.
+that the fused-MoE kernels (and some attention backends) carve their scratch and outputs from.
+vLLM grows it at its first use and keeps it; CUDA graphs captured later point into it.
 
-Its first use is a forward that vLLM runs before capture (memory profiling, compile warmup). SAVE
-runs those outside the region (paused) and LOAD skips them, so the captured graphs would point at
-memory LOAD cannot reproduce: SAVE's pointer audit refuses such an archive (seen with a
-mixture-of-experts model: ``fused_moe_kernel`` parameter outside the allocation region).
+Its first use is the memory profile's forward, which SAVE runs outside the region (paused) and
+LOAD skips, so the captured graphs would point at memory LOAD cannot reproduce: SAVE's pointer
+audit refuses such an archive (seen with a mixture-of-experts model: ``fused_moe_kernel``'s
+output outside the allocation region).
 
-So at the start of the capture phase both sides allocate the workspace again, inside the region:
-SAVE at the sizes its forwards grew it to, which go into the engine state, and LOAD at those
-recorded sizes. The same requests at the same point of the allocation sequence get the same
-addresses. A model that never used the workspace records no size and allocates nothing. The old
-buffer is dropped; SAVE's came from the paused work's private pool, and goes back there.
+So right after the memory profile (SAVE) and at the same point of LOAD (which skipped it), both
+sides allocate the workspace again inside the region: SAVE at the sizes the profile grew it to,
+which go into the engine state, and LOAD at those recorded sizes. Both come out of a pause that
+emptied PyTorch's cache, so the same requests at the same point of the allocation sequence get
+the same addresses; everything after (the attention backends' own reservations at KV-cache
+setup, capture) then finds the same workspace on both sides. The profile grows it to the largest
+batch vLLM schedules, so later forwards do not grow it again. A slot never used, or already in
+the region, is left as it is (recorded as 0). The old buffer is let go after the new one exists.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from foundry_core.engine import Mode
+
 from vllm_foundry import patching, seams
 from vllm_foundry.patching import SeamError
 
@@ -27,7 +32,8 @@ logger = logging.getLogger("foundry.vllm")
 
 STATE_KEY = "workspace"
 
-__all__ = ["STATE_KEY", "current_manager", "recorded_sizes", "rehome", "sizes", "torch_bytes"]
+__all__ = ["STATE_KEY", "current_manager", "in_region", "place_in_region", "recorded_sizes", "rehome",
+           "sizes_to_place", "torch_bytes"]
 
 
 def current_manager() -> Any | None:
@@ -45,14 +51,16 @@ def _slots(manager: Any) -> list[Any]:
     return slots if isinstance(slots, list) else []
 
 
-def sizes(manager: Any) -> list[int]:
-    """Bytes held by each of the manager's slots now (0 for a slot never used)."""
-    return [0 if ws is None else int(ws.numel()) * int(ws.element_size()) for ws in _slots(manager)]
+def sizes_to_place(manager: Any, placed: Callable[[int], bool]) -> list[int]:
+    """Bytes of each slot to allocate in the region: what it holds now, or 0 for a slot never used
+    or whose buffer is already in the region (``placed(address)``)."""
+    return [0 if ws is None or placed(int(ws.data_ptr())) else int(ws.numel()) * int(ws.element_size())
+            for ws in _slots(manager)]
 
 
 def recorded_sizes(state: Mapping[str, Any]) -> list[int]:
     """The per-slot sizes SAVE recorded in the engine state (none in an archive of a model that
-    never used the workspace, or one written before the workspace was re-allocated)."""
+    never used the workspace, or one written before the workspace was placed in the region)."""
     value = state.get(STATE_KEY) if isinstance(state, Mapping) else None
     if not isinstance(value, list) or not all(isinstance(n, int) and n >= 0 for n in value):
         return []
@@ -60,18 +68,17 @@ def recorded_sizes(state: Mapping[str, Any]) -> list[int]:
 
 
 def rehome(manager: Any, wanted: list[int], allocate: Callable[[int, Any], Any]) -> int:
-    """Replaces each slot that ``wanted`` gives a size with ``allocate(size, device)``, slot by
-    slot in order; returns the bytes allocated. A manager with fewer slots than ``wanted`` gets
-    the ones it has (the archive's fingerprint already holds the settings that change the count)."""
+    """Gives each slot that ``wanted`` sizes a new ``allocate(size, device)`` buffer, in slot
+    order, and lets go of its old one after; returns the bytes allocated. Sizes beyond the
+    manager's slots are ignored (more slots only with dual-batch overlap, which vllm-foundry
+    refuses)."""
     slots = _slots(manager)
     device = getattr(manager, "_device", None)
     total = 0
     for i, size in enumerate(wanted[:len(slots)]):
-        if size <= 0:
-            continue
-        slots[i] = None  # let go of the old buffer before asking for the new one, as vLLM does
-        slots[i] = allocate(size, device)
-        total += size
+        if size > 0:
+            slots[i] = allocate(size, device)  # the old buffer goes only once the new one exists
+            total += size
     if total:
         logger.info("foundry: vLLM's workspace allocated in the region: %s bytes per slot", wanted[:len(slots)])
     return total
@@ -82,3 +89,30 @@ def torch_bytes(size: int, device: Any) -> Any:
     import torch
 
     return torch.empty((size,), dtype=torch.uint8, device=device)
+
+
+def in_region(address: int) -> bool:
+    """Whether ``address`` lies in this process's allocation region (False without one)."""
+    from foundry_core.errors import FoundryError
+    from foundry_core.region import region_info
+
+    try:
+        info = region_info()
+    except FoundryError:
+        return False
+    return info.base <= address < info.base + info.size
+
+
+def place_in_region(rt: Any) -> None:
+    """SAVE, after the memory profile: the workspace's used slots again in the region, their sizes
+    into the engine state. LOAD, where it skipped the profile: the recorded sizes. Both record
+    what they allocated, for a LOAD that falls back later and saves again. Nothing otherwise."""
+    manager = current_manager()
+    if manager is None or rt.mode not in (Mode.SAVE, Mode.LOAD) or not rt.region_open:
+        return
+    if rt.mode is Mode.SAVE:
+        wanted = sizes_to_place(manager, in_region)
+    else:
+        wanted = recorded_sizes(rt.recorded_adapter_state())
+    rt.adapter.state[STATE_KEY] = wanted
+    rehome(manager, wanted, torch_bytes)
