@@ -14,7 +14,9 @@ emptied PyTorch's cache, so the same requests at the same point of the allocatio
 the same addresses; everything after (the attention backends' own reservations at KV-cache
 setup, capture) then finds the same workspace on both sides. The profile grows it to the largest
 batch vLLM schedules, so later forwards do not grow it again. A slot never used, or already in
-the region, is left as it is (recorded as 0). The old buffer is let go after the new one exists.
+the region, is left as it is (recorded as 0). The old buffer is let go after the new one exists;
+on SAVE its memory stays cached in the paused work's private pool, so a SAVE holds the
+workspace's size more than vLLM's profile counted (LOAD does not).
 """
 
 from __future__ import annotations
