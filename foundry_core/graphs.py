@@ -24,7 +24,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -272,6 +272,12 @@ class RestoredGraph:
         s = stream if stream is not None else torch.cuda.current_stream()
         _native.call("foundry_graphset_launch", self._archive._handle, self.index, s.cuda_stream)
 
+    def instantiate(self) -> None:
+        """Instantiates the graph now unless it is already (a graph :func:`load_graphs` deferred,
+        or any graph in lazy and background mode). Raises FoundryError naming the graph when the
+        driver refuses it; a replay would have raised the same, later."""
+        _native.call("foundry_graphset_instantiate", self._archive._handle, self.index)
+
     def ready(self) -> bool:
         """True when the graph is instantiated (a replay will not instantiate it first)."""
         out = ctypes.c_int()
@@ -389,14 +395,20 @@ class GraphArchive(Sequence):
 
     def instantiate_all(self, threads: int = 1) -> float:
         """Instantiates every graph not yet instantiated; returns the seconds it took."""
+        if threads <= 1:
+            return self.instantiate_some(range(len(self)))
         start = time.perf_counter()
-        if threads <= 1 and len(self) >= 16:
-            with _progress(len(self), "instantiating graphs") as bar:
-                for i in range(len(self)):
-                    _native.call("foundry_graphset_instantiate", self._handle, i)
-                    bar.update(1)
-        else:
-            _native.call("foundry_graphset_instantiate_all", self._handle, max(threads, 1))
+        _native.call("foundry_graphset_instantiate_all", self._handle, max(threads, 1))
+        return time.perf_counter() - start
+
+    def instantiate_some(self, indices: Sequence[int]) -> float:
+        """Instantiates the graphs at ``indices`` not yet instantiated, in order, on this thread;
+        returns the seconds it took."""
+        start = time.perf_counter()
+        with _progress(len(indices), "instantiating graphs") as bar:
+            for i in indices:
+                _native.call("foundry_graphset_instantiate", self._handle, i)
+                bar.update(1)
         return time.perf_counter() - start
 
     def native_times(self) -> LoadTimes:
@@ -466,13 +478,17 @@ def open_archive(path: str | os.PathLike, check_environment: bool = True,
 
 
 def load_graphs(path: str | os.PathLike, mode: str = "eager", threads: int = 4,
-                fingerprint: dict | None = None) -> GraphArchive:
+                fingerprint: dict | None = None, defer: Callable[[str], bool] | None = None) -> GraphArchive:
     """Restores the graphs of an archive (directory, or a single graph's ``.json``).
 
     mode: ``eager`` instantiates every graph now on this thread; ``parallel`` uses ``threads``
     threads; ``lazy`` reads and instantiates each graph at its first replay (a corrupt graph is
     then reported at that replay); ``background`` starts a thread that instantiates them all
     while the caller goes on (a replay before that instantiates inline).
+    defer: in eager and parallel mode, the graphs whose name it accepts are read and checked now
+    but instantiated at their first :meth:`RestoredGraph.instantiate` or replay (an engine that
+    uses few of them, and can run one without its graph when the driver refuses it), the others
+    now on this thread.
     The allocation region must be set as at SAVE. Raises MismatchError naming the fingerprint
     field when the archive comes from another environment, FormatError when it is corrupt.
     """
@@ -502,12 +518,15 @@ def load_graphs(path: str | os.PathLike, mode: str = "eager", threads: int = 4,
     times.nccl_events = native.nccl_events
     archive = GraphArchive(manifest_path, manifest, handle, times)
     if mode in ("eager", "parallel"):
-        elapsed = archive.instantiate_all(1 if mode == "eager" else threads)
+        if defer is None:
+            elapsed = archive.instantiate_all(1 if mode == "eager" else threads)
+        else:
+            elapsed = archive.instantiate_some([g.index for g in archive if not defer(g.name)])
         # Templates are built on first use, inside instantiation: report the two apart.
         build_before = times.build_s
         native = archive.native_times()
         times.build_s, times.update_s = native.build_s, native.update_s
-        if mode == "eager":  # one thread: the parts add up to the wall time
+        if mode == "eager" or defer is not None:  # one thread: the parts add up to the wall time
             times.instantiate_s = max(elapsed - (native.build_s - build_before) - native.update_s, 0.0)
         else:  # builds and writes overlap on the threads: report the step's wall time
             times.instantiate_s = elapsed

@@ -327,8 +327,10 @@ class EngineSession:
         """The state SAVE recorded (KV-cache size, region, ...) when the mode is LOAD, else None."""
         return self._state if self.mode is Mode.LOAD else None
 
-    def load(self, instantiate: str = "eager", threads: int = 4) -> graph_io.GraphArchive | None:
-        """Restores this rank's graphs (see foundry_core.load_graphs for ``instantiate``).
+    def load(self, instantiate: str = "eager", threads: int = 4,
+             defer: Callable[[str], bool] | None = None) -> graph_io.GraphArchive | None:
+        """Restores this rank's graphs (see foundry_core.load_graphs for ``instantiate`` and
+        ``defer``).
 
         Returns None when the mode is not LOAD or the archive turns out unusable (fallback policy):
         the engine must then warm up and capture as usual, and save() if ``mode`` became SAVE.
@@ -342,7 +344,7 @@ class EngineSession:
         self._wait_images_ahead()
         try:
             restored = graph_io.load_graphs(self.rank_dir, mode=instantiate, threads=threads,
-                                            fingerprint=self.fingerprint)
+                                            fingerprint=self.fingerprint, defer=defer)
         except ARCHIVE_PROBLEMS as exc:
             self.fall_back(exc)
             return None

@@ -282,13 +282,14 @@ class WorkerRuntime:
         state = self.session.recorded_state()
         return state.adapter if state is not None else {}
 
-    def load_archive(self, instantiate: str, threads: int) -> tuple[Any, float] | None:
+    def load_archive(self, instantiate: str, threads: int,
+                     defer: Callable[[str], bool] | None = None) -> tuple[Any, float] | None:
         """LOAD: loads the archive's graphs (instantiated as ``instantiate`` with ``threads``, see
-        :func:`foundry_core.engine.options.instantiate_mode`) and keeps the archive alive in
-        ``archive``. Returns (archive, seconds it took), or None when the session could not load
-        it (it fell back already)."""
+        :func:`foundry_core.engine.options.instantiate_mode`; those ``defer`` names at their first
+        use) and keeps the archive alive in ``archive``. Returns (archive, seconds it took), or
+        None when the session could not load it (it fell back already)."""
         start = time.perf_counter()
-        archive = self.session.load(instantiate=instantiate, threads=threads)
+        archive = self.session.load(instantiate=instantiate, threads=threads, defer=defer)
         if archive is None:
             return None
         self.archive = archive

@@ -81,6 +81,14 @@ def test_64_batch_sizes_share_templates_and_restore_identically(batches, mode, p
     assert loaded["digests"] == saved["digests"]
 
 
+def test_deferred_graphs_are_instantiated_at_their_first_use_and_restore_identically(batches, program):
+    archive, saved = batches
+    loaded = program("batch_probe", "load", str(archive), "64", "deferred")
+    ready = loaded["ready_after_load"]
+    assert [b for b in range(1, 65) if ready[f"bs{b}"]] == list(range(2, 65, 2)), "only the even sizes at LOAD"
+    assert loaded["digests"] == saved["digests"]
+
+
 def test_exec_memory_grown_ahead_is_what_the_restore_then_uses(batches, program):
     """The warm-up's stand-ins leave the driver holding device memory, and the restore's execs take
     that memory instead of new memory: the premise of growing it on a thread during an engine's

@@ -164,12 +164,12 @@ class FakeGraphIO:
         self.saved.append((d, dict(graphs), dict(fingerprint or {})))
         return SimpleNamespace(graphs=len(graphs), path=d)
 
-    def load_graphs(self, path, mode="eager", threads=4, fingerprint=None):
+    def load_graphs(self, path, mode="eager", threads=4, fingerprint=None, defer=None):
         if self.load_error is not None:
             raise self.load_error
         manifest = read_manifest(Path(path) / MANIFEST_NAME)
         check_fingerprint(manifest["fingerprint"], {**self.environment, **(fingerprint or {})})
-        self.loaded.append((Path(path), mode, dict(fingerprint or {})))
+        self.loaded.append((Path(path), mode, dict(fingerprint or {}), defer))
         return ["restored"] * len(manifest["graphs"])
 
     def open_archive(self, path, check_environment=True, fingerprint=None):

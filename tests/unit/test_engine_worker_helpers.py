@@ -94,7 +94,7 @@ class FakeSession:
     def recorded_state(self) -> Any:
         return self.state
 
-    def load(self, *, instantiate: str, threads: int) -> Any:
+    def load(self, *, instantiate: str, threads: int, defer: Any = None) -> Any:
         self.log.append(f"load:{instantiate}:{threads}")
         return self.archive
 

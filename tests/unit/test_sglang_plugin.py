@@ -1040,7 +1040,7 @@ class ArchiveIO:
         self.saved[d] = {name: tuple(out) for name, (_, out) in graphs.items()}
         return types.SimpleNamespace(graphs=len(graphs), path=d)
 
-    def load_graphs(self, path, mode="eager", threads=4, fingerprint=None):
+    def load_graphs(self, path, mode="eager", threads=4, fingerprint=None, defer=None):
         d = Path(path)
         check_fingerprint(read_manifest(d / MANIFEST_NAME)["fingerprint"], {**ENVIRONMENT, **(fingerprint or {})})
         self.loaded.append(d)

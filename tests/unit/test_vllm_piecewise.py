@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from foundry_core.errors import UnsupportedError
+from foundry_core.errors import FoundryError, UnsupportedError
 from vllm_foundry import capture_patches, modes, piecewise
 
 
@@ -98,9 +98,23 @@ def test_the_piecewise_sizes_vllm_wants():
     assert piecewise.wanted_sizes(types.SimpleNamespace(_capture_descs={"FULL": [desc(cg_mode=Mode.FULL, num_tokens=4)]})) is None
 
 
-def _restored(names_inputs: dict[str, list[int]], pieces: int = 3, asked: list[str] | None = None) -> piecewise.Pieces:
-    """Pieces over fake graphs; ``asked`` collects the names whose outputs were asked for."""
-    graphs = {n: f"restored:{n}" for n in names_inputs}
+class Restored:
+    """A restored graph as Pieces sees it: a name, and instantiate() (which the driver may refuse)."""
+
+    def __init__(self, name: str, refuse: bool = False):
+        self.name, self.refuse, self.instantiated = name, refuse, 0
+
+    def instantiate(self) -> None:
+        if self.refuse:
+            raise FoundryError(f"cuGraphInstantiate of graph 7 ({self.name}): CUDA_ERROR_OUT_OF_MEMORY")
+        self.instantiated += 1
+
+
+def _restored(names_inputs: dict[str, list[int]], pieces: int = 3, asked: list[str] | None = None,
+              refused: tuple[str, ...] = ()) -> piecewise.Pieces:
+    """Pieces over fake graphs; ``asked`` collects the names whose outputs were asked for; the
+    driver refuses to instantiate the graphs named in ``refused``."""
+    graphs = {n: Restored(n, refuse=n in refused) for n in names_inputs}
 
     def outputs(name: str) -> tuple[str]:
         if asked is not None:
@@ -125,12 +139,32 @@ def test_load_installs_a_restored_piece_at_its_first_call(caplog):
         assert pieces.prepare(w, (Tensor(0x100), 3, Tensor(0x200)), Entry, _context(8)) == piecewise.READY
     assert asked == [name]  # only the installed piece's
     entry = w.concrete_cudagraph_entries[BatchDescriptor(8)]
-    assert (entry.cudagraph, entry.output, entry.input_addresses) == (f"restored:{name}", (f"out:{name}",), [0x100, 0x200])
+    assert (entry.cudagraph.name, entry.output, entry.input_addresses) == (name, (f"out:{name}",), [0x100, 0x200])
+    assert entry.cudagraph.instantiated == 1  # instantiated (a no-op when the restore did it) before vLLM replays it
     assert pieces.installed == 1
-    assert "restored pieces in use for num_tokens=8" in caplog.text
+    assert "restored pieces in use for num_tokens=8" in caplog.text and "ms instantiating" in caplog.text
     # Later calls find the entry and change nothing.
     assert pieces.prepare(w, (Tensor(0x999),), Entry, _context(8)) == piecewise.READY
     assert pieces.installed == 1
+
+
+def test_load_runs_a_piece_eagerly_when_the_driver_refuses_its_graph(caplog):
+    w = wrapper(1)
+    name = piecewise.piece_name("backbone:1/3", BatchDescriptor(8))
+    pieces = _restored({name: [0x100]}, refused=(name,))
+    with caplog.at_level(logging.WARNING, logger="foundry.vllm"):
+        assert pieces.prepare(w, (Tensor(0x100),), Entry, _context(8)) == piecewise.EAGER
+        assert pieces.prepare(w, (Tensor(0x100),), Entry, _context(8)) == piecewise.EAGER  # decided once
+    assert BatchDescriptor(8) not in w.concrete_cudagraph_entries and pieces.installed == 0
+    assert caplog.text.count("runs without a CUDA graph") == 1
+    assert "the driver did not instantiate its graph" in caplog.text and "CUDA_ERROR_OUT_OF_MEMORY" in caplog.text
+
+
+def test_pieces_at_first_use_is_opt_in(monkeypatch):
+    monkeypatch.delenv(piecewise.FIRST_USE_ENV, raising=False)
+    assert not piecewise.at_first_use()
+    monkeypatch.setenv(piecewise.FIRST_USE_ENV, "1")
+    assert piecewise.at_first_use()
 
 
 def test_load_runs_a_piece_eagerly_when_its_inputs_moved(caplog):
@@ -182,7 +216,7 @@ def test_the_call_seam_lets_vllm_replay_an_installed_piece(monkeypatch):
         return "replayed"
 
     assert capture_patches.wrap_piece_call(original)(w, Tensor(0x10)) == "replayed"
-    assert seen[0].cudagraph == f"restored:{name}"  # vLLM's own call found the entry
+    assert seen[0].cudagraph.name == name  # vLLM's own call found the entry
 
 
 def test_the_call_seam_runs_an_unrestorable_piece_without_vllms_capture(monkeypatch):

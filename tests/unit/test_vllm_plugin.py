@@ -815,8 +815,9 @@ class FakeSession:
     def recorded_state(self):
         return self.state if self.mode is Mode.LOAD else None
 
-    def load(self, instantiate="eager", threads=4):
+    def load(self, instantiate="eager", threads=4, defer=None):
         self.log.append(("load", instantiate))
+        self.defer = defer
         return self.archive
 
     def save(self, graphs):
@@ -1057,6 +1058,17 @@ def test_an_archive_without_workspace_sizes_places_nothing(worker_env, fake_vllm
     del state.adapter["workspace"]  # an archive written before the workspace was placed
     worker_env("load", state=state, archive_names=names)
     assert fake_vllm["vllm.v1.worker.workspace"].current_workspace_manager()._current_workspaces == [None]
+
+
+def test_load_leaves_only_the_pieces_for_their_first_use_when_asked(worker_env, monkeypatch):
+    worker_env("save")
+    names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
+    _, session, *_ = worker_env("load", state=state, archive_names=names)
+    assert session.defer is None  # by default every graph is instantiated in the restore
+    monkeypatch.setenv(piecewise.FIRST_USE_ENV, "1")
+    _, session, *_ = worker_env("load", state=state, archive_names=names)
+    assert session.defer is piecewise.is_piece
+    assert session.defer("pw:backbone:0/3:num_tokens=8") and not session.defer(names[0])
 
 
 def test_load_skips_capture_models_garbage_collection(worker_env, fake_vllm, monkeypatch):

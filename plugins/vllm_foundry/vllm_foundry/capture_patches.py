@@ -218,9 +218,10 @@ def _pieces_problem(manager: Any, archive: Any, recorded: Any) -> str | None:
 def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., Any],
              factory: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     instantiate, threads = runtime.instantiate_mode()
+    defer = piecewise.is_piece if piecewise.at_first_use() else None
     # Every rank answers exactly once, whatever happens here (ranks.py).
     try:
-        restored = rt.load_archive(instantiate, threads)
+        restored = rt.load_archive(instantiate, threads, defer=defer)
         if restored is None:  # the session fell back already (and logged why)
             ranks.all_ranks(rt, False)
             return _FALLBACK
@@ -253,8 +254,9 @@ def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., An
         if len(outputs) > 1:
             manager.aux_hidden_states = list(outputs[1:])
     manager._foundry_archive = archive  # vLLM keeps only self.graphs; keep the outputs' owner too
-    logger.info("foundry: restored %d graphs in %.2f s (instantiate=%s; %s) instead of capturing",
-                len(placeholders) + len(pieces), loaded, instantiate, archive.times.breakdown())
+    logger.info("foundry: restored %d graphs in %.2f s (instantiate=%s%s; %s) instead of capturing",
+                len(placeholders) + len(pieces), loaded, instantiate,
+                ", pieces at first use" if defer is not None else "", archive.times.breakdown())
     return result
 
 

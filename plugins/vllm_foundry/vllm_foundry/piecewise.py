@@ -12,31 +12,37 @@ vLLM's V2 runner captures one graph per compiled piece (a ``CUDAGraphWrapper`` a
   only made at the compiled model's first call, after the capture phase. The first time a wrapper
   is called for a descriptor it has no entry for, the restored graph becomes vLLM's own
   ``CUDAGraphEntry``, after checking that the call's tensor arguments sit where they sat at SAVE.
-  A piece that cannot be restored (arguments moved, or not in the archive) runs **eagerly**, with a
-  warning: vLLM would capture it in the middle of a real batch, and a capture records the kernels
-  without running them, so that batch's outputs (and the KV cache written from them) would be
-  garbage.
+  A piece that cannot be restored (arguments moved, not in the archive, or its graph refused by
+  the driver) runs **eagerly**, with a warning: vLLM would capture it in the middle of a real
+  batch, and a capture records the kernels without running them, so that batch's outputs (and the
+  KV cache written from them) would be garbage.
+- With ``FOUNDRY_VLLM_PIECES_AT_FIRST_USE=1`` the restore instantiates the FULL graphs only and
+  each piece when it is installed (:func:`at_first_use`): a start serves a few of the capture
+  sizes' pieces, and the driver's instantiation is most of a restore's time. The first batch of a
+  size then pays its pieces' instantiation once.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from foundry_core.engine.capture import graph_name
-from foundry_core.errors import UnsupportedError
+from foundry_core.errors import FoundryError, UnsupportedError
 
 from vllm_foundry import modes, runtime
 
 logger = logging.getLogger("foundry.vllm")
 
 ENV = "FOUNDRY_VLLM_PIECEWISE"
+FIRST_USE_ENV = "FOUNDRY_VLLM_PIECES_AT_FIRST_USE"
 PREFIX = "pw:"
 STATE_KEY = "piecewise"
 
-__all__ = ["EAGER", "ENV", "OTHER", "PREFIX", "Pieces", "READY", "collect", "disabled_reason", "enabled", "is_piece",
-           "mark_unavailable", "piece_name", "wanted_sizes", "wrapper_key"]
+__all__ = ["EAGER", "ENV", "FIRST_USE_ENV", "OTHER", "PREFIX", "Pieces", "READY", "at_first_use", "collect",
+           "disabled_reason", "enabled", "is_piece", "mark_unavailable", "piece_name", "wanted_sizes", "wrapper_key"]
 
 
 _unavailable: str | None = None  # why this process's vLLM cannot restore pieces (a missing seam)
@@ -46,6 +52,12 @@ def enabled() -> bool:
     """Whether piecewise graphs are saved and restored: yes, unless ``FOUNDRY_VLLM_PIECEWISE=0``
     or the installed vLLM lacks a seam the pieces need (:func:`mark_unavailable`)."""
     return _unavailable is None and runtime.env_flag(ENV, default=True)
+
+
+def at_first_use() -> bool:
+    """Whether LOAD instantiates each piece when it is installed rather than in the restore
+    (``FOUNDRY_VLLM_PIECES_AT_FIRST_USE=1``; off by default)."""
+    return runtime.env_flag(FIRST_USE_ENV, default=False)
 
 
 def disabled_reason() -> str:
@@ -157,6 +169,7 @@ class Pieces:
         self._per_descriptor = max(len(state.get("pieces") or []), 1)
         self._eager: set[str] = set()
         self._done: dict[str, int] = {}  # descriptor name -> pieces installed for it
+        self._instantiate_s: dict[str, float] = {}  # descriptor name -> seconds instantiating its pieces
         self.installed = 0
 
     def __len__(self) -> int:
@@ -186,13 +199,20 @@ class Pieces:
             return self._run_eagerly(name, "the archive holds no graph for it")
         if _tensor_addresses(args) != saved:
             return self._run_eagerly(name, "its tensor arguments are not where they were at SAVE")
+        label = graph_name(descriptor)
+        start = time.perf_counter()
+        try:
+            self._graphs[name].instantiate()  # done already unless the restore left it for now
+        except FoundryError as exc:
+            return self._run_eagerly(name, f"the driver did not instantiate its graph ({exc})")
+        self._instantiate_s[label] = self._instantiate_s.get(label, 0.0) + time.perf_counter() - start
         entries[descriptor] = entry_type(batch_descriptor=descriptor, cudagraph=self._graphs[name],
                                          output=self._outputs(name), input_addresses=saved)
         self.installed += 1
-        label = graph_name(descriptor)
         self._done[label] = self._done.get(label, 0) + 1
         if self._done[label] == self._per_descriptor:
-            logger.info("foundry: restored pieces in use for %s (%d pieces)", label, self._per_descriptor)
+            logger.info("foundry: restored pieces in use for %s (%d pieces, %.1f ms instantiating)", label,
+                        self._per_descriptor, 1e3 * self._instantiate_s[label])
         return READY
 
     def _run_eagerly(self, name: str, why: str) -> str:
