@@ -120,7 +120,7 @@ SEAMS: tuple[Seam, ...] = (
     Seam("workspace.initialized", "vllm.v1.worker.workspace", "is_workspace_manager_initialized", "function",
          required=False, purpose="whether this process has a workspace manager"),
     Seam("workspace.current", "vllm.v1.worker.workspace", "current_workspace_manager", "function",
-         required=False, purpose="the manager whose buffers the capture phase allocates again in the region"),
+         required=False, purpose="the manager whose buffers are allocated again in the region after the memory profile"),
     Seam("workspace.init", "vllm.v1.worker.workspace", "WorkspaceManager.__init__", "method",
          params=("self", "device"), assigns=("_device", "_current_workspaces"), required=False,
          purpose="the per-slot buffers (_current_workspaces) and their device, read and replaced"),
