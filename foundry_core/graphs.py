@@ -303,8 +303,10 @@ class LoadTimes:
     read_s: float = 0.0
     claim_s: float = 0.0
     build_s: float = 0.0
-    # Writing graphs' deltas into their templates, summed over threads. In eager mode it is not
-    # part of instantiate_s; in parallel mode instantiate_s is the wall time of the whole step.
+    # Writing graphs' deltas into their templates, summed over threads. In eager mode (and with
+    # deferred graphs) it is not part of instantiate_s; in parallel mode instantiate_s is the wall
+    # time of the whole step. A snapshot at the end of load_graphs: graphs instantiated later
+    # (lazy, background, deferred) add to native_times(), not here.
     update_s: float = 0.0
     instantiate_s: float = 0.0
     outputs_s: float = 0.0  # output tensors made so far: each at its graph's first use (GraphArchive.outputs)
@@ -393,8 +395,11 @@ class GraphArchive(Sequence):
                 self.times.outputs_s += time.perf_counter() - start
             return self._outputs[i]
 
-    def instantiate_all(self, threads: int = 1) -> float:
-        """Instantiates every graph not yet instantiated; returns the seconds it took."""
+    def instantiate_all(self, threads: int = 1, defer: Callable[[str], bool] | None = None) -> float:
+        """Instantiates every graph not yet instantiated, except those whose name ``defer``
+        accepts (then on this thread, whatever ``threads``); returns the seconds it took."""
+        if defer is not None:
+            return self.instantiate_some([g.index for g in self._graphs if not defer(g.name)])
         if threads <= 1:
             return self.instantiate_some(range(len(self)))
         start = time.perf_counter()
@@ -488,7 +493,7 @@ def load_graphs(path: str | os.PathLike, mode: str = "eager", threads: int = 4,
     defer: in eager and parallel mode, the graphs whose name it accepts are read and checked now
     but instantiated at their first :meth:`RestoredGraph.instantiate` or replay (an engine that
     uses few of them, and can run one without its graph when the driver refuses it), the others
-    now on this thread.
+    now on this thread (also in parallel mode). Ignored in lazy and background mode.
     The allocation region must be set as at SAVE. Raises MismatchError naming the fingerprint
     field when the archive comes from another environment, FormatError when it is corrupt.
     """
@@ -518,10 +523,7 @@ def load_graphs(path: str | os.PathLike, mode: str = "eager", threads: int = 4,
     times.nccl_events = native.nccl_events
     archive = GraphArchive(manifest_path, manifest, handle, times)
     if mode in ("eager", "parallel"):
-        if defer is None:
-            elapsed = archive.instantiate_all(1 if mode == "eager" else threads)
-        else:
-            elapsed = archive.instantiate_some([g.index for g in archive if not defer(g.name)])
+        elapsed = archive.instantiate_all(1 if mode == "eager" else threads, defer)
         # Templates are built on first use, inside instantiation: report the two apart.
         build_before = times.build_s
         native = archive.native_times()

@@ -142,7 +142,7 @@ def test_load_installs_a_restored_piece_at_its_first_call(caplog):
     assert (entry.cudagraph.name, entry.output, entry.input_addresses) == (name, (f"out:{name}",), [0x100, 0x200])
     assert entry.cudagraph.instantiated == 1  # instantiated (a no-op when the restore did it) before vLLM replays it
     assert pieces.installed == 1
-    assert "restored pieces in use for num_tokens=8" in caplog.text and "ms instantiating" in caplog.text
+    assert "restored pieces in use for num_tokens=8" in caplog.text and "ms to instantiate" in caplog.text
     # Later calls find the entry and change nothing.
     assert pieces.prepare(w, (Tensor(0x999),), Entry, _context(8)) == piecewise.READY
     assert pieces.installed == 1

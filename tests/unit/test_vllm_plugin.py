@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import enum
 import importlib
+import logging
 import os
 import sys
 import types
@@ -951,7 +952,8 @@ def worker_env(fake_vllm, monkeypatch, tmp_path):
     cg = fake_vllm["vllm.v1.worker.gpu.cudagraph_utils"]
     worker_mod = fake_vllm["vllm.v1.worker.gpu_worker"]
 
-    def start(mode, state=None, archive_names=None, metadata_ptr=0x5000, blocks=64, config=None, requested=None):
+    def start(mode, state=None, archive_names=None, metadata_ptr=0x5000, blocks=64, config=None, requested=None,
+              free=1 << 40):
         cg.LOG.clear()
         log = cg.LOG
         monkeypatch.setenv("FOUNDRY_MODE", mode)
@@ -960,7 +962,7 @@ def worker_env(fake_vllm, monkeypatch, tmp_path):
         session.requested = Mode(requested or mode)  # auto resolves to save or load on each rank
         monkeypatch.setattr(runtime, "EngineSession", lambda *a, **k: session)
         dev_log: list = []
-        monkeypatch.setattr(runtime, "DeviceOps", lambda: FakeDevice(dev_log))
+        monkeypatch.setattr(runtime, "DeviceOps", lambda: FakeDevice(dev_log, free=free))
         runtime.reset()
         cfg = config or fake_config(**{"compilation_config.cudagraph_mode": cg.CUDAGraphMode.FULL_DECODE_ONLY})
         worker = worker_mod.Worker(cfg)
@@ -1046,6 +1048,37 @@ def test_save_and_load_place_vllms_workspace_in_the_region_at_the_same_point(wor
     assert "profile_run" not in log
     assert allocation_points(log) == saved == [("workspace", 4096, True), ("kv_cache", 64), "capture_model"]
     assert ws.current_workspace_manager()._current_workspaces[0].data_ptr() == 0x1000_0000
+
+
+def test_load_needs_free_memory_for_the_kv_cache_and_the_workspace(worker_env, fake_vllm, monkeypatch):
+    ws = fake_vllm["vllm.v1.worker.workspace"]
+    monkeypatch.setattr(workspace, "torch_bytes", lambda size, device: ws.Buffer(size, 0x1000_0000))
+    monkeypatch.setattr(workspace, "in_region", lambda address: 0x1000_0000 <= address < 0x2000_0000)
+    monkeypatch.setattr(ws, "PROFILE_GROWS", 4096)
+    worker_env("save")
+    names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
+    log, *_ = worker_env("load", state=state, archive_names=names, free=1000 + 4095)  # the KV cache fits, not both
+    assert any(isinstance(e, tuple) and e[0] == "fallback" and "workspace need 5096" in e[1] for e in log), log
+    log, *_ = worker_env("load", state=state, archive_names=names, free=1000 + 4096)
+    assert ("load", "eager") in log
+
+
+def test_save_warns_when_the_workspace_grew_again_before_capture(worker_env, fake_vllm, monkeypatch, caplog):
+    ws = fake_vllm["vllm.v1.worker.workspace"]
+    monkeypatch.setattr(workspace, "torch_bytes", lambda size, device: ws.Buffer(size, 0x1000_0000))
+    monkeypatch.setattr(workspace, "in_region", lambda address: 0x1000_0000 <= address < 0x2000_0000)
+    monkeypatch.setattr(ws, "PROFILE_GROWS", 4096)
+    runner = fake_vllm["vllm.v1.worker.gpu.model_runner"].GPUModelRunner
+    dummy_run = runner._dummy_run
+
+    def growing_dummy_run(self, num_tokens, *args, **kwargs):  # a paused warmup forward that needs more
+        ws.current_workspace_manager()._current_workspaces[0] = ws.Buffer(8192, 0x7F00_0000)
+        return dummy_run(self, num_tokens, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "_dummy_run", growing_dummy_run)
+    with caplog.at_level(logging.WARNING, logger="foundry.vllm"):
+        worker_env("save")
+    assert "workspace grew after the memory profile, outside the region (slots [0])" in caplog.text
 
 
 def test_an_archive_without_workspace_sizes_places_nothing(worker_env, fake_vllm, monkeypatch):

@@ -48,7 +48,7 @@ from foundry_core.engine.capture import (
 )
 from foundry_core.errors import MismatchError, UnsupportedError
 
-from vllm_foundry import modes, patching, piecewise, ranks, runtime, seams
+from vllm_foundry import modes, patching, piecewise, ranks, runtime, seams, workspace
 from vllm_foundry.patching import SeamError
 from vllm_foundry.runtime import Phase
 
@@ -218,7 +218,8 @@ def _pieces_problem(manager: Any, archive: Any, recorded: Any) -> str | None:
 def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., Any],
              factory: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     instantiate, threads = runtime.instantiate_mode()
-    defer = piecewise.is_piece if piecewise.at_first_use() else None
+    # Lazy and background mode instantiate every graph later anyway.
+    defer = piecewise.is_piece if piecewise.at_first_use() and instantiate in ("eager", "parallel") else None
     # Every rank answers exactly once, whatever happens here (ranks.py).
     try:
         restored = rt.load_archive(instantiate, threads, defer=defer)
@@ -292,6 +293,7 @@ def wrap_capture_model(original: Callable[..., Any]) -> Callable[..., Any]:
         rt.runner = self
         quiet = without_gc_collect(original) if rt.mode is Mode.LOAD else contextlib.nullcontext()
         with rt.in_phase(Phase.CAPTURE, Phase.WARMUP, "capture_model (capture or restore)"), quiet:
+            workspace.warn_if_grown_outside(rt)
             return original(self, *args, **kwargs)
 
     return capture_model

@@ -16,7 +16,8 @@ vLLM's V2 runner captures one graph per compiled piece (a ``CUDAGraphWrapper`` a
   the driver) runs **eagerly**, with a warning: vLLM would capture it in the middle of a real
   batch, and a capture records the kernels without running them, so that batch's outputs (and the
   KV cache written from them) would be garbage.
-- With ``FOUNDRY_VLLM_PIECES_AT_FIRST_USE=1`` the restore instantiates the FULL graphs only and
+- With ``FOUNDRY_VLLM_PIECES_AT_FIRST_USE=1`` (and eager or parallel instantiation, on one
+  thread then) the restore instantiates the FULL graphs only and
   each piece when it is installed (:func:`at_first_use`): a start serves a few of the capture
   sizes' pieces, and instantiating all of them is about half of vLLM's graph step after a
   restore. The first batch of a size then pays its pieces' instantiation once.
@@ -211,8 +212,8 @@ class Pieces:
         self.installed += 1
         self._done[label] = self._done.get(label, 0) + 1
         if self._done[label] == self._per_descriptor:
-            logger.info("foundry: restored pieces in use for %s (%d pieces, %.1f ms instantiating)", label,
-                        self._per_descriptor, 1e3 * self._instantiate_s[label])
+            logger.info("foundry: restored pieces in use for %s (%d pieces, %.1f ms to instantiate, builds included)",
+                        label, self._per_descriptor, 1e3 * self._instantiate_s[label])
         return READY
 
     def _run_eagerly(self, name: str, why: str) -> str:

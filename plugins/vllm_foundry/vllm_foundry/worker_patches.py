@@ -143,19 +143,20 @@ def _agreed_kv_bytes(rt: runtime.WorkerRuntime) -> int | None:
     it was loading). Every rank answers, also one that fell back already (its archive, its
     determinism boundary): it profiles with forwards that meet the others in collectives."""
     loading = _loading(rt)
-    kv_bytes = free = 0
+    kv_bytes = need = free = 0
     if loading:
         state = rt.session.recorded_state()
         assert state is not None  # a LOAD session holds the archive's state
         kv_bytes, free = int(state.kv_cache_bytes), rt.device.free_memory()
-    if ranks.all_ranks(rt, loading and free >= kv_bytes):  # True only where this rank loads
+        need = kv_bytes + workspace.recorded_bytes(state.adapter)  # the workspace is placed before the KV cache
+    if ranks.all_ranks(rt, loading and free >= need):  # True only where this rank loads
         rt.skipped("memory profiling (profile_run, CUDA-graph memory estimate)")
         rt.adapter.state["kv_cache_bytes"] = kv_bytes
         logger.info("foundry: KV cache of %d bytes, as recorded at SAVE", kv_bytes)
         return kv_bytes
     if loading:
         rt.fall_back(MismatchError(
-            f"the GPU has {free} bytes free, the archive's KV cache needs {kv_bytes}" if free < kv_bytes
+            f"the GPU has {free} bytes free, the archive's KV cache and vLLM's workspace need {need}" if free < need
             else "another rank does not LOAD (its archive, its determinism boundary, or its free memory for the "
                  "archive's KV cache)"))
     return None

@@ -12,9 +12,12 @@ sides allocate the workspace again inside the region: SAVE at the sizes the prof
 which go into the engine state, and LOAD at those recorded sizes. Both come out of a pause that
 emptied PyTorch's cache, so the same requests at the same point of the allocation sequence get
 the same addresses; everything after (the attention backends' own reservations at KV-cache
-setup, capture) then finds the same workspace on both sides. The profile grows it to the largest
-batch vLLM schedules, so later forwards do not grow it again. A slot never used, or already in
-the region, is left as it is (recorded as 0). The old buffer is let go after the new one exists;
+setup, capture) then finds the same workspace on both sides. The profile runs the model's layers
+at the largest batch vLLM schedules (V2: without attention), so the MoE layers do not grow it
+again; attention code that takes workspace only inside a forward (decode context parallel) would
+grow it in SAVE's paused compile warmup, outside the region, and SAVE then warns
+(:func:`outside_region`) and its audit refuses the archive. A slot never used, or already in the
+region, is left as it is (recorded as 0). The old buffer is let go after the new one exists;
 on SAVE its memory stays cached in the paused work's private pool, so a SAVE holds the
 workspace's size more than vLLM's profile counted (LOAD does not).
 """
@@ -34,8 +37,8 @@ logger = logging.getLogger("foundry.vllm")
 
 STATE_KEY = "workspace"
 
-__all__ = ["STATE_KEY", "current_manager", "in_region", "place_in_region", "recorded_sizes", "rehome",
-           "sizes_to_place", "torch_bytes"]
+__all__ = ["STATE_KEY", "current_manager", "in_region", "outside_region", "place_in_region", "recorded_bytes",
+           "recorded_sizes", "rehome", "sizes_to_place", "torch_bytes", "warn_if_grown_outside"]
 
 
 def current_manager() -> Any | None:
@@ -67,6 +70,16 @@ def recorded_sizes(state: Mapping[str, Any]) -> list[int]:
     if not isinstance(value, list) or not all(isinstance(n, int) and n >= 0 for n in value):
         return []
     return list(value)
+
+
+def recorded_bytes(state: Mapping[str, Any]) -> int:
+    """The device memory LOAD will allocate for the workspace (see :func:`recorded_sizes`)."""
+    return sum(recorded_sizes(state))
+
+
+def outside_region(manager: Any, placed: Callable[[int], bool]) -> list[int]:
+    """The slots whose buffer is outside the region (grown after it was placed)."""
+    return [i for i, ws in enumerate(_slots(manager)) if ws is not None and not placed(int(ws.data_ptr()))]
 
 
 def rehome(manager: Any, wanted: list[int], allocate: Callable[[int, Any], Any]) -> int:
@@ -118,3 +131,16 @@ def place_in_region(rt: Any) -> None:
         wanted = recorded_sizes(rt.recorded_adapter_state())
     rt.adapter.state[STATE_KEY] = wanted
     rehome(manager, wanted, torch_bytes)
+
+
+def warn_if_grown_outside(rt: Any) -> None:
+    """SAVE, before capture: a workspace slot that grew again after it was placed (outside the
+    region) makes every graph using it unsaveable; say so by name before the audit does."""
+    manager = current_manager()
+    if manager is None or rt.mode is not Mode.SAVE or not rt.region_open:
+        return
+    slots = outside_region(manager, in_region)
+    if slots:
+        logger.warning("foundry: vLLM's shared workspace grew after the memory profile, outside the region (slots "
+                       "%s); graphs that use it cannot be saved and the archive will be refused. A forward between "
+                       "the profile and capture (compile warmup) needed more than the profile did", slots)
