@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from foundry_core.errors import FoundryError, UnsupportedError
+from foundry_core.errors import FoundryError, InvalidArgumentError, UnsupportedError
 from vllm_foundry import capture_patches, modes, piecewise
 
 
@@ -160,11 +160,17 @@ def test_load_runs_a_piece_eagerly_when_the_driver_refuses_its_graph(caplog):
     assert "the driver did not instantiate its graph" in caplog.text and "CUDA_ERROR_OUT_OF_MEMORY" in caplog.text
 
 
-def test_pieces_at_first_use_is_opt_in(monkeypatch):
-    monkeypatch.delenv(piecewise.FIRST_USE_ENV, raising=False)
-    assert not piecewise.at_first_use()
-    monkeypatch.setenv(piecewise.FIRST_USE_ENV, "1")
-    assert piecewise.at_first_use()
+@pytest.mark.parametrize("value, mode", [(None, "restore"), ("", "restore"), ("first-use", "first-use"),
+                                         (" Background ", "background")])
+def test_when_pieces_are_instantiated(value, mode):
+    env = {} if value is None else {piecewise.INSTANTIATE_ENV: value}
+    assert piecewise.instantiation(env) == mode
+
+
+def test_a_wrong_piece_instantiation_names_the_variable_and_the_choices():
+    with pytest.raises(InvalidArgumentError, match="FOUNDRY_VLLM_PIECE_INSTANTIATE='later': choose one of restore, "
+                                                   "first-use, background"):
+        piecewise.instantiation({piecewise.INSTANTIATE_ENV: "later"})
 
 
 def test_load_runs_a_piece_eagerly_when_its_inputs_moved(caplog):

@@ -46,7 +46,7 @@ FOUNDRY_ENV = ("FOUNDRY_ARCHIVE", "FOUNDRY_MODE", "FOUNDRY_STRICT", "FOUNDRY_FAL
                "FOUNDRY_VLLM_DP_SIZE_LOCAL", "FOUNDRY_VLLM_DP_BACKEND", "LD_PRELOAD",
                "VLLM_WORKER_MULTIPROC_METHOD", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "VLLM_ENABLE_V1_MULTIPROCESSING",
                "VLLM_USE_MEGA_AOT_ARTIFACT", "VLLM_USE_STANDALONE_COMPILE", "VLLM_DISABLE_COMPILE_CACHE",
-               "VLLM_USE_AOT_COMPILE", "FOUNDRY_VLLM_PIECEWISE")
+               "VLLM_USE_AOT_COMPILE", "FOUNDRY_VLLM_PIECEWISE", "FOUNDRY_VLLM_PIECE_INSTANTIATE")
 
 
 @pytest.fixture(autouse=True)
@@ -929,6 +929,7 @@ class FakeArchive:
         self.graphs = [FakeRestored(n, i, log) for i, n in enumerate(names)]
         self.hidden = hidden
         self.closed = False
+        self.background = False
         self.times = LoadTimes()
 
     def __iter__(self):
@@ -936,6 +937,9 @@ class FakeArchive:
 
     def outputs(self, i):
         return (self.hidden,)
+
+    def start_background(self):
+        self.background = True
 
     def close(self):
         self.closed = True
@@ -1093,15 +1097,24 @@ def test_an_archive_without_workspace_sizes_places_nothing(worker_env, fake_vllm
     assert fake_vllm["vllm.v1.worker.workspace"].current_workspace_manager()._current_workspaces == [None]
 
 
-def test_load_leaves_only_the_pieces_for_their_first_use_when_asked(worker_env, monkeypatch):
+@pytest.mark.parametrize("pieces, instantiate, deferred, background", [
+    (None, None, False, False),                 # default: every graph in the restore
+    ("first-use", None, True, False),
+    ("background", None, True, True),
+    ("first-use", "lazy", False, False),        # lazy and background instantiate every graph later anyway
+    ("background", "background", False, False),
+])
+def test_load_leaves_the_pieces_for_later_when_asked(worker_env, monkeypatch, pieces, instantiate, deferred, background):
     worker_env("save")
     names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
+    for var, value in ((piecewise.INSTANTIATE_ENV, pieces), (runtime.INSTANTIATE_ENV, instantiate)):
+        if value is not None:
+            monkeypatch.setenv(var, value)
     _, session, *_ = worker_env("load", state=state, archive_names=names)
-    assert session.defer is None  # by default every graph is instantiated in the restore
-    monkeypatch.setenv(piecewise.FIRST_USE_ENV, "1")
-    _, session, *_ = worker_env("load", state=state, archive_names=names)
-    assert session.defer is piecewise.is_piece
-    assert session.defer("pw:backbone:0/3:num_tokens=8") and not session.defer(names[0])
+    assert (session.defer is piecewise.is_piece) == deferred and (deferred or session.defer is None)
+    assert session.archive.background == background
+    if deferred:
+        assert session.defer("pw:backbone:0/3:num_tokens=8") and not session.defer(names[0])
 
 
 def test_load_skips_capture_models_garbage_collection(worker_env, fake_vllm, monkeypatch):

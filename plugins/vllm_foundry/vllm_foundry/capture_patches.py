@@ -218,8 +218,9 @@ def _pieces_problem(manager: Any, archive: Any, recorded: Any) -> str | None:
 def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., Any],
              factory: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     instantiate, threads = runtime.instantiate_mode()
+    pieces_when = piecewise.instantiation()
     # Lazy and background mode instantiate every graph later anyway.
-    defer = piecewise.is_piece if piecewise.at_first_use() and instantiate in ("eager", "parallel") else None
+    defer = piecewise.is_piece if pieces_when != "restore" and instantiate in ("eager", "parallel") else None
     # Every rank answers exactly once, whatever happens here (ranks.py).
     try:
         restored = rt.load_archive(instantiate, threads, defer=defer)
@@ -241,6 +242,8 @@ def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., An
 
     by_name = {g.name: g for g in archive}
     pieces = {name: g for name, g in by_name.items() if piecewise.is_piece(name)}
+    if defer is not None and pieces_when == "background":
+        archive.start_background()  # the pieces, while vLLM goes on; the FULL graphs are instantiated already
     if pieces:
         recorded = rt.recorded_adapter_state()
         rt.pieces = piecewise.Pieces(pieces, lambda name: archive.outputs(by_name[name].index),
@@ -257,7 +260,7 @@ def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., An
     manager._foundry_archive = archive  # vLLM keeps only self.graphs; keep the outputs' owner too
     logger.info("foundry: restored %d graphs in %.2f s (instantiate=%s%s; %s) instead of capturing",
                 len(placeholders) + len(pieces), loaded, instantiate,
-                ", pieces at first use" if defer is not None else "", archive.times.breakdown())
+                f", pieces {pieces_when}" if defer is not None else "", archive.times.breakdown())
     return result
 
 

@@ -16,34 +16,40 @@ vLLM's V2 runner captures one graph per compiled piece (a ``CUDAGraphWrapper`` a
   the driver) runs **eagerly**, with a warning: vLLM would capture it in the middle of a real
   batch, and a capture records the kernels without running them, so that batch's outputs (and the
   KV cache written from them) would be garbage.
-- With ``FOUNDRY_VLLM_PIECES_AT_FIRST_USE=1`` (and eager or parallel instantiation, on one
-  thread then) the restore instantiates the FULL graphs only and
-  each piece when it is installed (:func:`at_first_use`): a start serves a few of the capture
-  sizes' pieces, and instantiating all of them is about half of vLLM's graph step after a
-  restore. The first batch of a size then pays its pieces' instantiation once.
+- ``FOUNDRY_VLLM_PIECE_INSTANTIATE`` (:func:`instantiation`) says when the pieces are
+  instantiated; instantiating all of them is about half of vLLM's graph step after a restore, and
+  a start serves a few of the capture sizes' pieces. ``restore`` (default): with every other
+  graph, as ``FOUNDRY_VLLM_INSTANTIATE`` says. With eager or parallel instantiation (on one
+  thread then) the restore can instead instantiate the FULL graphs only, and each piece either
+  when it is installed (``first-use``: the first batch of a size pays its pieces' instantiation
+  once) or on a thread started after the restore (``background``: a piece installed before the
+  thread reached it is instantiated then). A piece the driver refuses runs eagerly (above).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from foundry_core.engine.capture import graph_name
-from foundry_core.errors import FoundryError, UnsupportedError
+from foundry_core.errors import FoundryError, InvalidArgumentError, UnsupportedError
 
 from vllm_foundry import modes, runtime
 
 logger = logging.getLogger("foundry.vllm")
 
 ENV = "FOUNDRY_VLLM_PIECEWISE"
-FIRST_USE_ENV = "FOUNDRY_VLLM_PIECES_AT_FIRST_USE"
+INSTANTIATE_ENV = "FOUNDRY_VLLM_PIECE_INSTANTIATE"
+INSTANTIATE_MODES = ("restore", "first-use", "background")
 PREFIX = "pw:"
 STATE_KEY = "piecewise"
 
-__all__ = ["EAGER", "ENV", "FIRST_USE_ENV", "OTHER", "PREFIX", "Pieces", "READY", "at_first_use", "collect",
-           "disabled_reason", "enabled", "is_piece", "mark_unavailable", "piece_name", "wanted_sizes", "wrapper_key"]
+__all__ = ["EAGER", "ENV", "INSTANTIATE_ENV", "INSTANTIATE_MODES", "OTHER", "PREFIX", "Pieces", "READY", "collect",
+           "disabled_reason", "enabled", "instantiation", "is_piece", "mark_unavailable", "piece_name", "wanted_sizes",
+           "wrapper_key"]
 
 
 _unavailable: str | None = None  # why this process's vLLM cannot restore pieces (a missing seam)
@@ -55,10 +61,15 @@ def enabled() -> bool:
     return _unavailable is None and runtime.env_flag(ENV, default=True)
 
 
-def at_first_use() -> bool:
-    """Whether LOAD instantiates each piece when it is installed rather than in the restore
-    (``FOUNDRY_VLLM_PIECES_AT_FIRST_USE=1``; off by default)."""
-    return runtime.env_flag(FIRST_USE_ENV, default=False)
+def instantiation(environ: Mapping[str, str] | None = None) -> str:
+    """When LOAD instantiates the pieces (``FOUNDRY_VLLM_PIECE_INSTANTIATE``, one of
+    :data:`INSTANTIATE_MODES`, default ``restore``); InvalidArgumentError naming the variable for
+    any other value."""
+    env = os.environ if environ is None else environ
+    value = env.get(INSTANTIATE_ENV, "").strip().lower() or "restore"
+    if value not in INSTANTIATE_MODES:
+        raise InvalidArgumentError(f"{INSTANTIATE_ENV}={value!r}: choose one of {', '.join(INSTANTIATE_MODES)}")
+    return value
 
 
 def disabled_reason() -> str:
