@@ -447,6 +447,16 @@ def test_register_rejects_a_bad_mode(fake_vllm, recorded_activation, monkeypatch
         register_mod.register()
 
 
+@pytest.mark.parametrize("var, value", [("FOUNDRY_VLLM_INSTANTIATE", "soon"), ("FOUNDRY_VLLM_PIECE_INSTANTIATE", "later")])
+def test_register_refuses_a_wrong_load_setting_in_the_first_process(fake_vllm, recorded_activation, monkeypatch,
+                                                                   tmp_path, var, value):
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    monkeypatch.setenv("FOUNDRY_MODE", "auto")
+    monkeypatch.setenv(var, value)
+    with pytest.raises(InvalidArgumentError, match=f"{var}={value!r}"):
+        register_mod.register()
+
+
 def test_register_survives_moved_cli_seams(monkeypatch, recorded_activation, caplog):
     install_fake_packages(monkeypatch, ["vllm.engine.arg_utils"])
     empty = types.ModuleType("vllm.engine.arg_utils")

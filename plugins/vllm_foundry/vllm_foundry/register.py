@@ -29,7 +29,7 @@ from foundry_core.engine.environment import STRICT_ENV, plugin_child_environment
 from foundry_core.engine.logs import LOG_ENV, setup_logging
 from foundry_core.engine.registration import PluginRegistration
 
-from vllm_foundry import capture_patches, cli, compile_artifact, compile_cache, modes, worker_patches
+from vllm_foundry import capture_patches, cli, compile_artifact, compile_cache, modes, piecewise, runtime, worker_patches
 
 logger = logging.getLogger("foundry.vllm")
 
@@ -96,7 +96,11 @@ def _install_after_fork() -> None:
 
 def activate(settings: Settings) -> None:
     """Makes Foundry active in this process (idempotent): environment, logging, and the worker
-    and capture seams where a worker may run."""
+    and capture seams where a worker may run. A wrong LOAD setting is refused here, in the first
+    process, rather than when the workers restore (InvalidArgumentError naming the variable)."""
+    if settings.mode in (Mode.LOAD, Mode.AUTO):
+        runtime.instantiate_mode()
+        piecewise.instantiation()
     _REGISTRATION.activate(settings, child_environment, _install_seams_here)
     _restore_model_info(settings)
 
