@@ -285,6 +285,8 @@ def test_the_default_mode_is_supported_unless_turned_off_and_refuses_what_cannot
     config.parallel_config = types.SimpleNamespace(tensor_parallel_size=2)
     (tp,) = modes.piecewise_problems(config, environ={})
     assert "tensor_parallel_size=2" in tp and "-cc.cudagraph_mode=FULL_DECODE_ONLY" in tp
+    assert "FOUNDRY_VLLM_TP_PIECES=1" in tp
+    assert modes.piecewise_problems(config, environ={"FOUNDRY_VLLM_TP_PIECES": "1"}) == []  # experimental, opt-in
 
 
 def test_cpu_weight_offload_is_refused():
