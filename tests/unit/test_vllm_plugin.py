@@ -447,7 +447,8 @@ def test_register_rejects_a_bad_mode(fake_vllm, recorded_activation, monkeypatch
         register_mod.register()
 
 
-@pytest.mark.parametrize("var, value", [("FOUNDRY_VLLM_INSTANTIATE", "soon"), ("FOUNDRY_VLLM_PIECE_INSTANTIATE", "later")])
+@pytest.mark.parametrize("var, value", [("FOUNDRY_VLLM_INSTANTIATE", "soon"),
+                                        ("FOUNDRY_VLLM_PIECE_INSTANTIATE", "later")])
 def test_register_refuses_a_wrong_load_setting_in_the_first_process(fake_vllm, recorded_activation, monkeypatch,
                                                                    tmp_path, var, value):
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
@@ -1114,7 +1115,8 @@ def test_an_archive_without_workspace_sizes_places_nothing(worker_env, fake_vllm
     ("first-use", "lazy", False, False),        # lazy and background instantiate every graph later anyway
     ("background", "background", False, False),
 ])
-def test_load_leaves_the_pieces_for_later_when_asked(worker_env, monkeypatch, pieces, instantiate, deferred, background):
+def test_load_leaves_the_pieces_for_later_when_asked(worker_env, monkeypatch, pieces, instantiate, deferred,
+                                                    background):
     worker_env("save")
     names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
     for var, value in ((piecewise.INSTANTIATE_ENV, pieces), (runtime.INSTANTIATE_ENV, instantiate)):

@@ -29,7 +29,8 @@ from foundry_core.engine.environment import STRICT_ENV, plugin_child_environment
 from foundry_core.engine.logs import LOG_ENV, setup_logging
 from foundry_core.engine.registration import PluginRegistration
 
-from vllm_foundry import capture_patches, cli, compile_artifact, compile_cache, modes, piecewise, runtime, worker_patches
+from vllm_foundry import (capture_patches, cli, compile_artifact, compile_cache, modes, piecewise, runtime,
+                          worker_patches)
 
 logger = logging.getLogger("foundry.vllm")
 
