@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from foundry_core.errors import InvalidArgumentError
 
-__all__ = ["FALSE_VALUES", "env_flag", "instantiate_mode"]
+__all__ = ["FALSE_VALUES", "env_choice", "env_flag", "instantiate_mode"]
 
 FALSE_VALUES = ("0", "false", "no", "off")
 DEFAULT_INSTANTIATE = "eager"
@@ -32,6 +32,16 @@ def env_flag(name: str, default: bool = True, environ: Mapping[str, str] | None 
     return value not in FALSE_VALUES
 
 
+def env_choice(name: str, choices: tuple[str, ...], default: str, environ: Mapping[str, str] | None = None) -> str:
+    """A variable of ``environ`` (default os.environ) that names one of ``choices`` (any case):
+    unset or empty gives ``default``; anything else is an InvalidArgumentError naming the variable
+    and the choices."""
+    value = _env(environ).get(name, "").strip().lower() or default
+    if value not in choices:
+        raise InvalidArgumentError(f"{name}={value!r}: choose one of {', '.join(choices)}")
+    return value
+
+
 def instantiate_mode(mode_env: str, threads_env: str, environ: Mapping[str, str] | None = None) -> tuple[str, int]:
     """How LOAD instantiates the restored graphs: (mode, threads) from the variables ``mode_env``
     (one of :data:`foundry_core.graphs.MODES`, default ``eager``) and ``threads_env`` (an integer,
@@ -39,9 +49,7 @@ def instantiate_mode(mode_env: str, threads_env: str, environ: Mapping[str, str]
     from foundry_core.graphs import MODES
 
     env = _env(environ)
-    mode = env.get(mode_env, "").strip().lower() or DEFAULT_INSTANTIATE
-    if mode not in MODES:
-        raise InvalidArgumentError(f"{mode_env}={mode!r}: choose one of {', '.join(MODES)}")
+    mode = env_choice(mode_env, MODES, DEFAULT_INSTANTIATE, env)
     try:
         threads = int(env.get(threads_env, str(DEFAULT_INSTANTIATE_THREADS)))
     except ValueError:

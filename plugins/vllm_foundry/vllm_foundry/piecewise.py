@@ -29,13 +29,13 @@ vLLM's V2 runner captures one graph per compiled piece (a ``CUDAGraphWrapper`` a
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from foundry_core.engine import options
 from foundry_core.engine.capture import graph_name
-from foundry_core.errors import FoundryError, InvalidArgumentError, UnsupportedError
+from foundry_core.errors import FoundryError, UnsupportedError
 
 from vllm_foundry import modes, runtime
 
@@ -65,11 +65,7 @@ def instantiation(environ: Mapping[str, str] | None = None) -> str:
     """When LOAD instantiates the pieces (``FOUNDRY_VLLM_PIECE_INSTANTIATE``, one of
     :data:`INSTANTIATE_MODES`, default ``restore``); InvalidArgumentError naming the variable for
     any other value."""
-    env = os.environ if environ is None else environ
-    value = env.get(INSTANTIATE_ENV, "").strip().lower() or "restore"
-    if value not in INSTANTIATE_MODES:
-        raise InvalidArgumentError(f"{INSTANTIATE_ENV}={value!r}: choose one of {', '.join(INSTANTIATE_MODES)}")
-    return value
+    return options.env_choice(INSTANTIATE_ENV, INSTANTIATE_MODES, "restore", environ)
 
 
 def disabled_reason() -> str:
