@@ -79,7 +79,7 @@ def recorded_bytes(state: Mapping[str, Any]) -> int:
 
 def outside_region(manager: Any, placed: Callable[[int], bool]) -> list[int]:
     """The slots whose buffer is outside the region (grown after it was placed)."""
-    return [i for i, ws in enumerate(_slots(manager)) if ws is not None and not placed(int(ws.data_ptr()))]
+    return [i for i, size in enumerate(sizes_to_place(manager, placed)) if size]
 
 
 def rehome(manager: Any, wanted: list[int], allocate: Callable[[int, Any], Any]) -> int:
