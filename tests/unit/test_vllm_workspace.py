@@ -91,8 +91,10 @@ def test_rehome_at_recorded_sizes_fills_unused_slots_in_order_and_ignores_extra_
     ({"workspace": [-1]}, []),
     ({"workspace": [1.5]}, []),
 ])
-def test_recorded_sizes(state, sizes):
+def test_recorded_sizes(state, sizes, caplog):
     assert workspace.recorded_sizes(state) == sizes
+    malformed = "workspace" in state and state["workspace"] != sizes
+    assert ("not a list of byte counts" in caplog.text) == malformed
 
 
 def test_no_manager_where_vllm_has_none():

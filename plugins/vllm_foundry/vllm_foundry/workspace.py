@@ -67,7 +67,11 @@ def recorded_sizes(state: Mapping[str, Any]) -> list[int]:
     """The per-slot sizes SAVE recorded in the engine state (none in an archive of a model that
     never used the workspace, or one written before the workspace was placed in the region)."""
     value = state.get(STATE_KEY) if isinstance(state, Mapping) else None
+    if value is None:
+        return []
     if not isinstance(value, list) or not all(isinstance(n, int) and n >= 0 for n in value):
+        logger.warning("foundry: the archive's engine state records vLLM's workspace as %r, not a list of byte counts; "
+                       "LOAD allocates none (a SAVE writes it again)", value)
         return []
     return list(value)
 
@@ -142,5 +146,6 @@ def warn_if_grown_outside(rt: Any) -> None:
     slots = outside_region(manager, in_region)
     if slots:
         logger.warning("foundry: vLLM's shared workspace grew after the memory profile, outside the region (slots "
-                       "%s); graphs that use it cannot be saved and the archive will be refused. A forward between "
-                       "the profile and capture (compile warmup) needed more than the profile did", slots)
+                       "%s); graphs that use it cannot be saved, so SAVE will refuse the archive and this start goes "
+                       "on without one. A forward between the profile and capture (compile warmup) needed more than "
+                       "the profile did: this configuration cannot be saved yet", slots)
