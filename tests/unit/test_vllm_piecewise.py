@@ -160,8 +160,8 @@ def test_load_runs_a_piece_eagerly_when_the_driver_refuses_its_graph(caplog):
     assert "the driver did not instantiate its graph" in caplog.text and "CUDA_ERROR_OUT_OF_MEMORY" in caplog.text
 
 
-@pytest.mark.parametrize("value, mode", [(None, "restore"), ("", "restore"), ("first-use", "first-use"),
-                                         (" Background ", "background")])
+@pytest.mark.parametrize("value, mode", [(None, "background"), ("", "background"), ("first-use", "first-use"),
+                                         (" Restore ", "restore")])
 def test_when_pieces_are_instantiated(value, mode):
     env = {} if value is None else {piecewise.INSTANTIATE_ENV: value}
     assert piecewise.instantiation(env) == mode

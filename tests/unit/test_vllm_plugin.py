@@ -1109,7 +1109,8 @@ def test_an_archive_without_workspace_sizes_places_nothing(worker_env, fake_vllm
 
 
 @pytest.mark.parametrize("pieces, instantiate, deferred, background", [
-    (None, None, False, False),                 # default: every graph in the restore
+    (None, None, True, True),                   # default: the pieces on a thread after the restore
+    ("restore", None, False, False),            # every graph in the restore
     ("first-use", None, True, False),
     ("background", None, True, True),
     ("first-use", "lazy", False, False),        # lazy and background instantiate every graph later anyway
