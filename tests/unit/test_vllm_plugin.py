@@ -86,10 +86,21 @@ FAKE_SOURCES = {
                 parser.add_argument("--enable-log-requests", action="store_true")
                 return parser
     """,
+    "vllm.v1.worker.gpu.input_batch": """
+        import uuid
+
+        def random_uuid():
+            return f"{uuid.uuid4().int & (1 << 64) - 1:016x}"
+
+        def dummy_request_ids(num_reqs):
+            return [f"req_{i}_{random_uuid()}" for i in range(num_reqs)]
+    """,
     "vllm.v1.worker.gpu.cudagraph_utils": """
         import dataclasses
         import enum
         import torch
+
+        from vllm.v1.worker.gpu import input_batch
 
         LOG = []
 
@@ -155,6 +166,7 @@ FAKE_SOURCES = {
 
             def capture(self, model, metadata_ptr=0x5000):
                 def create_forward_fn(desc, warmup):
+                    LOG.append(("requests", tuple(input_batch.dummy_request_ids(2))))
                     state = ({"layer.0": types_ns(seq_lens=FakeTensor(metadata_ptr), max_len=desc.num_tokens)},
                              {"layer.0": FakeTensor(0x6000)})
 
@@ -1141,6 +1153,20 @@ def test_load_skips_capture_models_garbage_collection(worker_env, fake_vllm, mon
     worker_env("load", state=state, archive_names=names)
     assert collections == ["save"]  # LOAD's capture_model ran without it
     assert fake_vllm["vllm.v1.worker.gpu.model_runner"].gc is gc  # and gave the module its gc back
+
+
+def test_load_numbers_the_dummy_requests_of_its_capture_loop(worker_env, fake_vllm):
+    def request_ids(log):
+        return [i for e in log if isinstance(e, tuple) and e[0] == "requests" for i in e[1]]
+
+    random_uuid = fake_vllm["vllm.v1.worker.gpu.input_batch"].random_uuid
+    log, *_ = worker_env("save")
+    names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
+    saved = request_ids(log)
+    assert len(saved) == 12 and len(set(saved)) == 12  # vLLM's own random names at SAVE
+    log, *_ = worker_env("load", state=state, archive_names=names)
+    assert request_ids(log) == [f"req_{i % 2}_{n:016x}" for n, i in enumerate(range(12))]  # numbered, distinct
+    assert fake_vllm["vllm.v1.worker.gpu.input_batch"].random_uuid is random_uuid  # put back after the loop
 
 
 def test_load_flow_can_skip_the_jit_warmup(worker_env, monkeypatch):

@@ -116,6 +116,10 @@ SEAMS: tuple[Seam, ...] = (
          purpose="the persistent output buffers the FULL graphs write (restored as graph outputs at LOAD)"),
     Seam("cg.run_fullgraph", _CG_V2, "CudaGraphManager.run_fullgraph", "method", params=("self", "desc"),
          purpose="replays self.graphs[desc] (restored graphs have .replay())"),
+    Seam("runner.dummy_request_id", "vllm.v1.worker.gpu.input_batch", "random_uuid", "function",
+         defined_in="vllm.utils", required=False,
+         purpose="LOAD: the dummy requests of the neutralised capture loop are numbered instead of given random "
+                 "UUIDs (0.18 s of LOAD's graph step for the 8B shapes); optional: without it they keep UUIDs"),
     # ---- vLLM's shared workspace (workspace.py); a vLLM without one has nothing to re-allocate ---
     Seam("workspace.initialized", "vllm.v1.worker.workspace", "is_workspace_manager_initialized", "function",
          required=False, purpose="whether this process has a workspace manager"),
