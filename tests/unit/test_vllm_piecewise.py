@@ -281,12 +281,9 @@ def test_the_default_mode_is_supported_unless_turned_off_and_refuses_what_cannot
     assert "use_inductor_graph_partition" in modes.piecewise_problems(config, environ={})[0]
     config.compilation_config.use_inductor_graph_partition = False
     assert "BREAKABLE" in modes.piecewise_problems(config, environ={"VLLM_USE_BREAKABLE_CUDAGRAPH": "1"})[0]
-    # Pieces with tensor parallel (all-reduces inside the pieces) have not run: refused, naming the way out.
+    # Pieces with tensor parallel (all-reduces inside the pieces) restore like the FULL graphs.
     config.parallel_config = types.SimpleNamespace(tensor_parallel_size=2)
-    (tp,) = modes.piecewise_problems(config, environ={})
-    assert "tensor_parallel_size=2" in tp and "-cc.cudagraph_mode=FULL_DECODE_ONLY" in tp
-    assert "FOUNDRY_VLLM_TP_PIECES=1" in tp
-    assert modes.piecewise_problems(config, environ={"FOUNDRY_VLLM_TP_PIECES": "1"}) == []  # experimental, opt-in
+    assert modes.piecewise_problems(config, environ={}) == []
 
 
 def test_cpu_weight_offload_is_refused():

@@ -710,14 +710,11 @@ def test_data_parallel_of_dense_models_on_one_node_through_vllms_launcher_only(m
     assert len(nodes) == 1 and "across nodes (1 of 2 replicas" in nodes[0]
     problems = modes.unsupported_settings(fake_config(**{"parallel_config.enable_expert_parallel": True,
                                                          "parallel_config.nnodes": 2}))
-    assert any("expert parallel" in p for p in problems) and any("nnodes=2" in p for p in problems)
+    assert any("nnodes=2" in p for p in problems) and not any("expert" in p for p in problems)
 
 
-def test_expert_parallel_over_the_tensor_parallel_group_is_opt_in_and_never_with_load_balancing(monkeypatch):
+def test_expert_parallel_over_the_tensor_parallel_group_is_accepted_but_never_with_load_balancing():
     ep = {"parallel_config.enable_expert_parallel": True, "parallel_config.tensor_parallel_size": 2}
-    (refusal,) = modes.unsupported_settings(fake_config(**ep))
-    assert "experimental: set FOUNDRY_VLLM_EXPERT_PARALLEL=1" in refusal
-    monkeypatch.setenv(modes.EXPERT_PARALLEL_ENV, "1")
     assert modes.unsupported_settings(fake_config(**ep)) == []
     (eplb,) = modes.unsupported_settings(fake_config(**ep, **{"parallel_config.enable_eplb": True}))
     assert "enable_eplb" in eplb

@@ -75,20 +75,11 @@ def cudagraph_mode_problem(mode: Any) -> str | None:
     return f"cudagraph_mode={name} is not supported ({why}; supported: {', '.join(supported)})"
 
 
-TP_PIECES_ENV = "FOUNDRY_VLLM_TP_PIECES"
-
-
 def piecewise_problems(vllm_config: Any, environ: Any = None) -> list[str]:
     """What the piecewise path cannot restore: pieces made by Inductor's graph partition or by
-    vLLM's breakable CUDA graphs (other wrapper classes), and pieces with tensor parallel, whose
-    all-reduces sit inside the pieces and have not run restored (the FULL graphs' have; the same
-    NCCL handling applies): experimental with FOUNDRY_VLLM_TP_PIECES=1."""
+    vLLM's breakable CUDA graphs (other wrapper classes). Pieces with tensor parallel, their
+    all-reduces inside them, restore as the FULL graphs do (the same NCCL handling)."""
     problems = []
-    tp = config_value(vllm_config, "parallel_config", "tensor_parallel_size", default=1)
-    if isinstance(tp, int) and tp > 1 and not env_flag(TP_PIECES_ENV, default=False, environ=environ):
-        problems.append(f"piecewise graphs with tensor_parallel_size={tp} are not supported yet (pass "
-                        f"{CUDAGRAPH_MODE_FLAG}: decode graphs with tensor parallel are; {TP_PIECES_ENV}=1 "
-                        "tries them, experimental)")
     if config_value(vllm_config, "compilation_config", "use_inductor_graph_partition", default=False):
         problems.append("use_inductor_graph_partition=True is not supported with piecewise graphs")
     if env_flag("VLLM_USE_BREAKABLE_CUDAGRAPH", default=False, environ=environ):
@@ -159,21 +150,14 @@ def parallel_problems(vllm_config: Any) -> list[str]:
     return problems + ranks.replica_problems(vllm_config)
 
 
-EXPERT_PARALLEL_ENV = "FOUNDRY_VLLM_EXPERT_PARALLEL"
-
-
-def expert_parallel_problems(vllm_config: Any, environ: Any = None) -> list[str]:
+def expert_parallel_problems(vllm_config: Any) -> list[str]:
     """Expert parallel over the tensor-parallel group (data parallel 1: each rank holds some of the
-    experts and the layer's output is all-reduced, the collectives of tensor parallel, no
-    all-to-all) is experimental, with FOUNDRY_VLLM_EXPERT_PARALLEL=1: its first GPU run refused the
-    archive at SAVE (vLLM's MoE workspace outside the region, since placed in it: workspace.py).
-    With data parallel (all-to-all kernels: DeepEP, NVSHMEM) it is refused by ranks.py and
-    designed in docs/multi-gpu.md; expert load balancing moves experts while serving."""
+    experts and the layer's output is all-reduced, the collectives of tensor parallel; vLLM uses
+    no all-to-all kernel without data parallel) is supported. With data parallel (all-to-all
+    kernels: DeepEP, NVSHMEM) it is refused by ranks.py and designed in docs/multi-gpu.md; expert
+    load balancing moves experts while serving."""
     if config_value(vllm_config, "parallel_config", "enable_eplb", default=False):
         return ["expert load balancing (enable_eplb) is not supported (it moves experts between ranks while serving)"]
-    if not env_flag(EXPERT_PARALLEL_ENV, default=False, environ=environ):
-        return ["expert parallel (enable_expert_parallel) is not supported yet (docs/multi-gpu.md); over the "
-                f"tensor-parallel group without data parallel it is experimental: set {EXPERT_PARALLEL_ENV}=1"]
     return []
 
 
