@@ -12,8 +12,7 @@
 #      TP (1): tensor parallel size (NCCL all-reduce, custom all-reduce off; one archive per rank);
 #      DP (1): data parallel size of the serve starts (independent replicas; one archive per rank);
 #      TPOT: batch sizes to time decode at in the llm starts (e.g. 1,8,32,128);
-#      CG_MODE: vLLM's CUDA-graph mode (default: vLLM's, FULL_AND_PIECEWISE; FULL_DECODE_ONLY
-#      with TP > 1, where piecewise graphs are not supported yet);
+#      CG_MODE: vLLM's CUDA-graph mode (default: vLLM's, FULL_AND_PIECEWISE);
 #      PYTHON (python3);
 #      VLLM_ENV: a file to source first (the GPU machine's pack: /tmp/site/vllm-env.sh);
 #      TINY_MODEL: tiny_model.py (default: the enginepack's); SERVE_TIMEOUT (600 s).
@@ -46,7 +45,6 @@ if [ "${DP:-1}" != 1 ] && [ "$WHAT" = llm ]; then
   echo "DP applies to serve starts only (vLLM's offline LLM API runs one replica per process)" >&2; exit 2
 fi
 CG_MODE="${CG_MODE:-}"
-[ "${TP:-1}" = 1 ] || CG_MODE="${CG_MODE:-FULL_DECODE_ONLY}"
 PARALLEL=()
 [ "${TP:-1}" = 1 ] || PARALLEL+=( --tensor-parallel-size "$TP" --disable-custom-all-reduce )
 [ "${DP:-1}" = 1 ] || PARALLEL+=( --data-parallel-size "$DP" )

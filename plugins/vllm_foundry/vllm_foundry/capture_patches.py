@@ -299,7 +299,7 @@ def numbered_dummy_requests() -> contextlib.AbstractContextManager[None]:
     except SeamError:
         return contextlib.nullcontext()
     numbers = itertools.count()
-    return swapped(owner, **{name: lambda: f"{next(numbers):016x}"})
+    return swapped(owner, **{name: lambda *_args, **_kwargs: f"{next(numbers):016x}"})
 
 
 def wrap_capture_model(original: Callable[..., Any]) -> Callable[..., Any]:

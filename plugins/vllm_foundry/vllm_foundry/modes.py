@@ -4,7 +4,8 @@ Supported in this version: the V2 model runner (vLLM's default since 0.25 for mo
 ``cudagraph_mode`` ``FULL_AND_PIECEWISE`` (vLLM's default: full graphs of uniform decode batches,
 piecewise graphs of the others; piecewise.py) without Inductor graph partition or breakable CUDA
 graphs, and ``FULL_DECODE_ONLY`` (decode graphs only, the mode without torch.compile); one GPU,
-tensor or data parallel (pipeline parallel size 1), no speculative decoding, no LoRA, no sleep
+tensor parallel, expert parallel over the tensor-parallel group, data parallel of dense models
+(pipeline parallel size 1), no speculative decoding, no LoRA, no sleep
 mode, no dual-batch overlap, no CPU weight offload. ``FOUNDRY_VLLM_PIECEWISE=0`` refuses
 ``FULL_AND_PIECEWISE``. ``PIECEWISE`` alone is refused: vLLM then captures no decode graph and
 makes none of the decode output buffers the archive's graphs are restored around.
@@ -133,9 +134,10 @@ def unsupported_settings(vllm_config: Any, use_v2_model_runner: bool | None = No
 
 
 def parallel_problems(vllm_config: Any) -> list[str]:
-    """Tensor parallel (NCCL all-reduce inside the graphs) and data parallel of dense models
-    (independent replicas, one archive per rank, started by `vllm serve`) are supported; pipeline
-    and expert parallel, multi-node, Ray and mixture-of-experts replicas are not."""
+    """Tensor parallel (NCCL all-reduce inside the graphs), expert parallel over the
+    tensor-parallel group (data parallel 1, no expert load balancing) and data parallel of dense
+    models (independent replicas, one archive per rank, started by `vllm serve`) are supported;
+    pipeline parallel, multi-node, Ray and mixture-of-experts replicas are not."""
     problems = []
     pp = config_value(vllm_config, "parallel_config", "pipeline_parallel_size", default=1)
     if pp != 1:

@@ -21,9 +21,9 @@ vLLM's V2 runner captures one graph per compiled piece (a ``CUDAGraphWrapper`` a
   only, and the pieces on a thread started after the restore (``background``, default: a piece
   installed before the thread reached it is instantiated then), or each piece when it is
   installed (``first-use``: the first batch of a size pays its pieces' instantiation once), or
-  with every other graph in the restore (``restore``). On the H200 (8B shapes, 1887 pieces) the
-  pieces' instantiation is 0.11-0.20 s that ``background`` takes out of the restore, with the
-  same tokens and step time. A piece the driver refuses runs eagerly (above).
+  with every other graph in the restore (``restore``). On the H200 (8B shapes, 1887 pieces)
+  ``background`` took 0.11-0.25 s of instantiation out of the restore, with the same tokens and
+  step time. A piece the driver refuses runs eagerly (above).
 """
 
 from __future__ import annotations
