@@ -43,6 +43,10 @@ def _launches(launches: list[dict]) -> list[str]:
     return sorted(json.dumps(k, sort_keys=True) for k in launches)
 
 
+def _without_comm(args: dict) -> dict:
+    return {k: v for k, v in args.items() if k != "comm"}
+
+
 def test_all_reduce_graphs_restore_bit_identical_on_both_ranks(tmp_path):
     if _gpus() < 2:
         pytest.skip("needs 2 GPUs")
@@ -61,6 +65,13 @@ def test_all_reduce_graphs_restore_bit_identical_on_both_ranks(tmp_path):
             restored = r["launches"][name]
             nccl = [k for k in restored if "nccl" in k["name"].lower()]
             print(f"  {name} restored NCCL launches: {nccl}")
+            print(f"  {name} graph {r['shapes'][name]}, NCCL arguments restored {r['nccl_args'][name]}")
+            # The restored graph has the captured one's nodes and edges, and each re-made NCCL
+            # launch NCCL's own argument block (channels, where the work lies, the work itself),
+            # except the address of this process's device communicator.
+            assert r["shapes"][name] == s["shapes"][name], name
+            assert r["nccl_args"][name] and all("work_storage" in a for a in r["nccl_args"][name]), r["nccl_args"]
+            assert [_without_comm(a) for a in r["nccl_args"][name]] == [_without_comm(a) for a in s["nccl_args"][name]]
             # Every kernel launches as captured, NCCL's too: LOAD re-made them with the live
             # communicator, and NCCL chose the same kernel, grid, block, shared memory and cluster.
             assert nccl, name

@@ -65,3 +65,77 @@ def kernel_launches(graph: int, contains: str = "") -> list[dict]:
         out.append({"name": text, "grid": list(p.grid), "block": list(p.block), "shared": p.shared,
                     "priority": priority, "cluster": list(value[:3])})
     return out
+
+
+_NODE_TYPES = {0: "kernel", 1: "memcpy", 2: "memset", 3: "host", 4: "child", 5: "empty", 6: "event_wait",
+               7: "event_record", 8: "semaphore_signal", 9: "semaphore_wait", 10: "mem_alloc", 11: "mem_free",
+               12: "batch_mem_op", 13: "conditional"}
+
+
+def graph_shape(graph: int) -> dict:
+    """The CUgraph ``graph``'s node count per node type and its edge count, read from the driver."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    n = ctypes.c_size_t()
+    assert cuda.cuGraphGetNodes(ctypes.c_void_p(graph), None, ctypes.byref(n)) == 0
+    nodes = (ctypes.c_void_p * max(n.value, 1))()
+    assert cuda.cuGraphGetNodes(ctypes.c_void_p(graph), nodes, ctypes.byref(n)) == 0
+    counts: dict[str, int] = {}
+    for node in nodes[: n.value]:
+        kind = ctypes.c_int()
+        assert cuda.cuGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)) == 0
+        name = _NODE_TYPES.get(kind.value, str(kind.value))
+        counts[name] = counts.get(name, 0) + 1
+    edges = ctypes.c_size_t()
+    assert cuda.cuGraphGetEdges(ctypes.c_void_p(graph), None, None, ctypes.byref(edges)) == 0
+    return {"nodes": counts, "edges": edges.value}
+
+
+def _argument_buffer(p: _KernelNodeParams) -> int | None:
+    """The packed argument buffer a node's ``extra`` names (CU_LAUNCH_PARAM_BUFFER_POINTER)."""
+    if not p.extra:
+        return None
+    extra = ctypes.cast(p.extra, ctypes.POINTER(ctypes.c_void_p))
+    for i in range(0, 16, 2):
+        key = extra[i] or 0
+        if key == 0:  # CU_LAUNCH_PARAM_END
+            return None
+        if key == 1:  # CU_LAUNCH_PARAM_BUFFER_POINTER
+            return extra[i + 1]
+    return None
+
+
+def nccl_kernel_args(graph: int) -> list[dict]:
+    """The argument block of each NCCL kernel node of ``graph`` (NCCL passes one struct by value:
+    its communicator's device pointer, channel mask, where the work lies, work mask, work buffer),
+    decoded from the driver's copy of the node's parameters, with its size."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    n = ctypes.c_size_t()
+    assert cuda.cuGraphGetNodes(ctypes.c_void_p(graph), None, ctypes.byref(n)) == 0
+    nodes = (ctypes.c_void_p * max(n.value, 1))()
+    assert cuda.cuGraphGetNodes(ctypes.c_void_p(graph), nodes, ctypes.byref(n)) == 0
+    out = []
+    for node in nodes[: n.value]:
+        kind = ctypes.c_int()
+        if cuda.cuGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)) != 0 or kind.value != 0:
+            continue
+        p = _KernelNodeParams()
+        assert cuda.cuGraphKernelNodeGetParams_v2(ctypes.c_void_p(node), ctypes.byref(p)) == 0
+        name = ctypes.c_char_p()
+        assert cuda.cuFuncGetName(ctypes.byref(name), ctypes.c_void_p(p.func)) == 0
+        if "nccl" not in name.value.decode().lower():
+            continue
+        offset, size = ctypes.c_size_t(), ctypes.c_size_t()
+        if cuda.cuFuncGetParamInfo(ctypes.c_void_p(p.func), 0, ctypes.byref(offset), ctypes.byref(size)) != 0:
+            out.append({"params": "unreadable (cuFuncGetParamInfo)"})
+            continue
+        arg0 = _argument_buffer(p) if not p.params else ctypes.cast(p.params, ctypes.POINTER(ctypes.c_void_p))[0]
+        if not arg0:
+            out.append({"params": "unreadable", "size": size.value})
+            continue
+        raw = ctypes.string_at(arg0, min(size.value, 64))
+        comm, mask, storage, work_mask, work_buf = (int.from_bytes(raw[0:8], "little"), int.from_bytes(raw[8:16], "little"),
+                                                    int.from_bytes(raw[16:20], "little"), int.from_bytes(raw[20:24], "little"),
+                                                    int.from_bytes(raw[24:32], "little"))
+        out.append({"size": size.value, "comm": hex(comm), "channel_mask": hex(mask), "work_storage": storage,
+                    "work_mask": hex(work_mask), "work_buf": hex(work_buf), "next32": raw[32:64].hex()})
+    return out

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 import foundry_core as fdry
-from _common import REGION_BASE, REGION_SIZE, kernel_launches
+from _common import REGION_BASE, REGION_SIZE, graph_shape, kernel_launches, nccl_kernel_args
 
 SIZES = (1, 4, 16, 64)
 HIDDEN, INTER = 4096, 12288
@@ -116,6 +116,8 @@ def main() -> None:
         result["digests"] = {f"b{b}": digest(outs[b]) for b in SIZES}
         result["replay_ms"] = {name: replay_ms(g.replay) for name, (g, _) in graphs.items()}
         result["launches"] = {name: kernel_launches(g.raw_cuda_graph()) for name, (g, _) in graphs.items()}
+        result["shapes"] = {name: graph_shape(g.raw_cuda_graph()) for name, (g, _) in graphs.items()}
+        result["nccl_args"] = {name: nccl_kernel_args(g.raw_cuda_graph()) for name, (g, _) in graphs.items()}
     else:
         start = time.perf_counter()
         archive = fdry.load_graphs(mine)
@@ -130,6 +132,8 @@ def main() -> None:
         result["replay_ms"] = {archive[i].name: replay_ms(archive[i].replay) for i in range(len(archive))}
         result["exec_flags"] = archive[0].exec_flags()
         result["launches"] = {archive[i].name: kernel_launches(template_graph(archive, i)) for i in range(len(archive))}
+        result["shapes"] = {archive[i].name: graph_shape(template_graph(archive, i)) for i in range(len(archive))}
+        result["nccl_args"] = {archive[i].name: nccl_kernel_args(template_graph(archive, i)) for i in range(len(archive))}
     # One file per rank: the ranks share stdout, where their lines can interleave.
     (directory / f"result-{mode}-rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()
