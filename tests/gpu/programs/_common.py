@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import json
 import sys
+from collections.abc import Iterator
 
 REGION_BASE = 0x6000_0000_0000
 REGION_SIZE = 256 << 30
@@ -36,17 +37,18 @@ _PRIORITY = 8  # CU_LAUNCH_ATTRIBUTE_PRIORITY
 _CLUSTER = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 
 
-def kernel_launches(graph: int, contains: str = "") -> list[dict]:
-    """Each kernel node of the CUgraph ``graph`` whose function name contains ``contains``: name,
-    grid, block, dynamic shared memory, priority and cluster shape, read from the driver (to
-    compare a captured graph's launches with a restored one's)."""
-    cuda = ctypes.CDLL("libcuda.so.1")
+def _nodes(cuda: ctypes.CDLL, graph: int) -> list[int]:
+    """The nodes of the CUgraph ``graph``."""
     n = ctypes.c_size_t()
     assert cuda.cuGraphGetNodes(ctypes.c_void_p(graph), None, ctypes.byref(n)) == 0
     nodes = (ctypes.c_void_p * max(n.value, 1))()
     assert cuda.cuGraphGetNodes(ctypes.c_void_p(graph), nodes, ctypes.byref(n)) == 0
-    out = []
-    for node in nodes[: n.value]:
+    return list(nodes[: n.value])
+
+
+def _kernel_nodes(cuda: ctypes.CDLL, graph: int) -> Iterator[tuple[int, _KernelNodeParams, str]]:
+    """(node, its launch parameters, its function's name) for each kernel node of ``graph``."""
+    for node in _nodes(cuda, graph):
         kind = ctypes.c_int()
         if cuda.cuGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)) != 0 or kind.value != 0:
             continue
@@ -54,7 +56,16 @@ def kernel_launches(graph: int, contains: str = "") -> list[dict]:
         assert cuda.cuGraphKernelNodeGetParams_v2(ctypes.c_void_p(node), ctypes.byref(p)) == 0
         name = ctypes.c_char_p()
         assert cuda.cuFuncGetName(ctypes.byref(name), ctypes.c_void_p(p.func)) == 0
-        text = name.value.decode()
+        yield node, p, name.value.decode()
+
+
+def kernel_launches(graph: int, contains: str = "") -> list[dict]:
+    """Each kernel node of the CUgraph ``graph`` whose function name contains ``contains``: name,
+    grid, block, dynamic shared memory, priority and cluster shape, read from the driver (to
+    compare a captured graph's launches with a restored one's)."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    out = []
+    for node, p, text in _kernel_nodes(cuda, graph):
         if contains not in text:
             continue
         value = (ctypes.c_int * 16)()  # CUlaunchAttributeValue: a 64-byte union
@@ -75,12 +86,8 @@ _NODE_TYPES = {0: "kernel", 1: "memcpy", 2: "memset", 3: "host", 4: "child", 5: 
 def graph_shape(graph: int) -> dict:
     """The CUgraph ``graph``'s node count per node type and its edge count, read from the driver."""
     cuda = ctypes.CDLL("libcuda.so.1")
-    n = ctypes.c_size_t()
-    assert cuda.cuGraphGetNodes(ctypes.c_void_p(graph), None, ctypes.byref(n)) == 0
-    nodes = (ctypes.c_void_p * max(n.value, 1))()
-    assert cuda.cuGraphGetNodes(ctypes.c_void_p(graph), nodes, ctypes.byref(n)) == 0
     counts: dict[str, int] = {}
-    for node in nodes[: n.value]:
+    for node in _nodes(cuda, graph):
         kind = ctypes.c_int()
         assert cuda.cuGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)) == 0
         name = _NODE_TYPES.get(kind.value, str(kind.value))
@@ -109,20 +116,9 @@ def nccl_kernel_args(graph: int) -> list[dict]:
     its communicator's device pointer, channel mask, where the work lies, work mask, work buffer),
     decoded from the driver's copy of the node's parameters, with its size."""
     cuda = ctypes.CDLL("libcuda.so.1")
-    n = ctypes.c_size_t()
-    assert cuda.cuGraphGetNodes(ctypes.c_void_p(graph), None, ctypes.byref(n)) == 0
-    nodes = (ctypes.c_void_p * max(n.value, 1))()
-    assert cuda.cuGraphGetNodes(ctypes.c_void_p(graph), nodes, ctypes.byref(n)) == 0
     out = []
-    for node in nodes[: n.value]:
-        kind = ctypes.c_int()
-        if cuda.cuGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)) != 0 or kind.value != 0:
-            continue
-        p = _KernelNodeParams()
-        assert cuda.cuGraphKernelNodeGetParams_v2(ctypes.c_void_p(node), ctypes.byref(p)) == 0
-        name = ctypes.c_char_p()
-        assert cuda.cuFuncGetName(ctypes.byref(name), ctypes.c_void_p(p.func)) == 0
-        if "nccl" not in name.value.decode().lower():
+    for _node, p, name in _kernel_nodes(cuda, graph):
+        if "nccl" not in name.lower():
             continue
         offset, size = ctypes.c_size_t(), ctypes.c_size_t()
         if cuda.cuFuncGetParamInfo(ctypes.c_void_p(p.func), 0, ctypes.byref(offset), ctypes.byref(size)) != 0:
