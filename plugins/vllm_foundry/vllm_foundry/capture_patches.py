@@ -12,7 +12,8 @@ call) is where graphs are made:
 - **LOAD** restores the archive first, then runs vLLM's same loop with the forwards replaced by
   no-ops and ``torch.cuda.graph`` / ``torch.cuda.CUDAGraph`` neutralised: the attention-metadata
   preparation (``create_forward_fn``) still happens for every descriptor, in vLLM's order, as at
-  SAVE; ``capture_model``'s opening full garbage collection does not. Each placeholder in
+  SAVE (its dummy requests numbered rather than given random UUIDs); ``capture_model``'s opening
+  full garbage collection does not. Each placeholder in
   ``self.graphs`` is then replaced by the restored graph of the same
   descriptor (objects with ``.replay()``), and ``hidden_states`` by the restored output tensors;
   the manager and the runtime keep the archive alive (vLLM keeps only what ``self.graphs`` holds).
