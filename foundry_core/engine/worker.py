@@ -18,7 +18,9 @@ point.
 **Pauses.** Allocations after the determinism boundary must be the same on SAVE and LOAD, but SAVE
 runs work LOAD skips (memory profiling, compile and kernel warmups). SAVE runs it *paused*: the
 region stopped (new allocations take the driver's normal path) and PyTorch allocating into a
-private memory pool, so neither the region nor the default pool's cache keeps a trace of it. Both
+private memory pool of that pause, so neither the region nor the default pool's cache keeps a
+trace of it; the pool is let go when the pause ends, which returns its cached blocks (a memory
+profile's peak activations) to the device, while tensors still alive in it keep theirs. Both
 sides empty PyTorch's cache where a pause starts and ends, LOAD with nothing in between
 (:meth:`~WorkerRuntime.skipped`), so the region sees the same frees in the same places.
 """
@@ -60,12 +62,17 @@ def timed(what: str, log: logging.Logger | None = None) -> Iterator[None]:
         (log or logger).info("foundry: %s took %.2f s", what, time.perf_counter() - start)
 
 
+# A pause that gave back at least this much says so at INFO (a memory profile's activations).
+RETURNED_LOG_BYTES = 256 << 20
+
+
 class DeviceOps:
     """The device operations a :class:`WorkerRuntime` needs (torch and libfoundry.so), imported
     only when called. Unit tests pass a subclass that records the calls instead; a plugin sets
     ``logger`` to its own logger in a subclass."""
 
     logger: ClassVar[logging.Logger] = logger
+    _warned_no_pool = False
 
     def empty_cache(self) -> None:
         """Waits for the device, then returns PyTorch's cached free blocks to the driver."""
@@ -93,13 +100,17 @@ class DeviceOps:
         resume_allocation_region()
 
     def private_pool(self) -> Any:
-        """A torch MemPool for paused work, or None (with a warning) when this torch has none."""
+        """A new torch MemPool for paused work, or None (with a warning, once) when this torch has
+        none. PyTorch releases a MemPool when its last reference goes: its cached blocks return to
+        the device then, or at a later cache flush for blocks still in use."""
         import torch
 
         pool_cls = getattr(torch.cuda, "MemPool", None)
         if pool_cls is None or not hasattr(torch.cuda, "use_mem_pool"):
-            self.logger.warning("foundry: this torch has no torch.cuda.MemPool; paused SAVE work shares PyTorch's "
-                                "default pool (the archive may then fail its pointer audit)")
+            if not self._warned_no_pool:
+                self._warned_no_pool = True
+                self.logger.warning("foundry: this torch has no torch.cuda.MemPool; paused SAVE work shares "
+                                    "PyTorch's default pool (the archive may then fail its pointer audit)")
             return None
         return pool_cls()
 
@@ -167,7 +178,6 @@ class WorkerRuntime:
         self.saved = False
         self._ended = False
         self._pause_depth = 0
-        self._pool: Any = None
         self.triton: triton_cache.TritonCarrier | None = None
 
     @property
@@ -316,9 +326,9 @@ class WorkerRuntime:
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Runs the body outside the region (see the module docstring): empties PyTorch's cache,
-        stops the region, allocates from a private pool, and on the way out empties the cache
-        again and resumes the region. Nested pauses and pauses while the region is closed do
-        nothing special."""
+        stops the region, allocates from a private pool of its own, and on the way out lets the
+        pool go, empties the cache again and resumes the region. Nested pauses and pauses while
+        the region is closed do nothing special."""
         if self._pause_depth or not self.region_open:
             self._pause_depth += 1
             try:
@@ -329,17 +339,27 @@ class WorkerRuntime:
         self._pause_depth += 1
         self.device.empty_cache()
         self.device.stop_region()
+        pool = self.device.private_pool()
         try:
-            if self._pool is None:
-                self._pool = self.device.private_pool()
-            with self.device.use_pool(self._pool):
+            with self.device.use_pool(pool):
                 yield
         finally:
+            # Letting the pool go releases it; the flush below then returns its cached blocks
+            # (one pool kept for the whole start would hold the profile's peak activations
+            # beyond the engine's memory budget until the process ends).
             try:
+                free = self.device.free_memory()
+                pool = None
                 self.device.empty_cache()
+                self._log_returned(self.device.free_memory() - free)
             finally:
                 self.device.resume_region()
                 self._pause_depth -= 1
+
+    def _log_returned(self, returned: int) -> None:
+        level = logging.INFO if returned >= RETURNED_LOG_BYTES else logging.DEBUG
+        self.logger.log(level, "foundry: the pause's pool and cache returned %.2f GiB to the device",
+                        returned / (1 << 30))
 
     def skipped(self, what: str) -> None:
         """LOAD's stand-in for paused SAVE work: the same cache flushes, nothing in between."""

@@ -17,6 +17,7 @@ import os
 import sys
 import textwrap
 import types
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from os import PathLike
 from typing import Any
@@ -136,12 +137,21 @@ def session_fingerprint(adapter: Any, archive: str | PathLike[str] = "/nonexiste
     return session.fingerprint
 
 
+class FakePool:
+    """A private pool: logged as ``pool``; FakeDevice keeps only a weak reference to it."""
+
+    def __str__(self) -> str:
+        return "pool"
+
+
 class FakeDevice(DeviceOps):
-    """Device operations that record their calls in ``log`` (and report ``free`` bytes free)."""
+    """Device operations that record their calls in ``log`` (and report ``free`` bytes free);
+    ``pools`` holds a weak reference to each private pool handed out."""
 
     def __init__(self, log: list | None = None, free: int = 1 << 40) -> None:
         self.log = log if log is not None else []
         self.free = free
+        self.pools: list[weakref.ref[FakePool]] = []
 
     def empty_cache(self) -> None:
         self.log.append("empty_cache")
@@ -157,7 +167,9 @@ class FakeDevice(DeviceOps):
 
     def private_pool(self) -> Any:
         self.log.append("new_pool")
-        return "pool"
+        pool = FakePool()
+        self.pools.append(weakref.ref(pool))
+        return pool
 
     def thread_binder(self) -> Callable[[], None]:
         return lambda: None  # no device to make current
@@ -346,7 +358,7 @@ def check_pause_nesting(rt: Any, dev: FakeDevice) -> None:
                        "empty_cache", "resume_region"]
     dev.log.clear()
     rt.skipped("something")
-    assert dev.log == ["empty_cache", "stop_region", "use:pool", "unuse", "empty_cache", "resume_region"]
+    assert dev.log == ["empty_cache", "stop_region", "new_pool", "use:pool", "unuse", "empty_cache", "resume_region"]
 
 
 def check_pause_resumes_after_failure(rt: Any, dev: FakeDevice) -> None:

@@ -144,7 +144,48 @@ def test_pause_stops_the_region_around_a_private_pool_in_order():
     with rt.paused():
         with rt.paused():  # nested: nothing more
             log.append("inner")
-    assert log == ["empty_cache", "stop_region", "use:pool", "inner", "unuse", "empty_cache", "resume_region"]
+    assert log == ["empty_cache", "stop_region", "new_pool", "use:pool", "inner", "unuse", "empty_cache",
+                   "resume_region"]
+
+
+def test_each_pause_lets_its_pool_go_before_the_closing_flush():
+    # A pool kept for the whole start would hold the memory profile's cached peak activations
+    # beyond the engine's budget: PyTorch returns a pool's cache only once the pool is released.
+    rt, log = make_runtime()
+    alive_at_flush: list[bool] = []
+    device_flush = rt.device.empty_cache
+
+    def empty_cache() -> None:
+        alive_at_flush.append(any(ref() is not None for ref in rt.device.pools))
+        device_flush()
+
+    rt.device.empty_cache = empty_cache
+    for _ in range(2):
+        with rt.paused():
+            assert rt.device.pools[-1]() is not None  # the body allocates from a live pool
+    assert len(rt.device.pools) == 2 and all(ref() is None for ref in rt.device.pools)
+    assert alive_at_flush == [False, False, False, False]  # opening flushes, and closing ones after the release
+
+
+def test_a_pause_says_how_much_memory_its_pool_and_cache_gave_back(caplog):
+    rt, log = make_runtime()
+    device_flush = rt.device.empty_cache
+
+    def empty_cache() -> None:  # the profile's cached activations go back when the pool is let go
+        device_flush()
+        if "new_pool" in log:
+            rt.device.free += 5 << 30
+
+    rt.device.empty_cache = empty_cache
+    with caplog.at_level(logging.DEBUG, logger="foundry"), rt.paused():
+        pass
+    returned = [(r.levelno, r.getMessage()) for r in caplog.records if "returned" in r.getMessage()]
+    assert returned == [(logging.INFO, "foundry: the pause's pool and cache returned 5.00 GiB to the device")]
+    caplog.clear()
+    rt.device.empty_cache = device_flush
+    with caplog.at_level(logging.DEBUG, logger="foundry"), rt.paused():  # nothing given back: debug only
+        pass
+    assert [r.levelno for r in caplog.records if "returned" in r.getMessage()] == [logging.DEBUG]
 
 
 def test_pause_resumes_the_region_when_the_body_raises():
