@@ -46,7 +46,8 @@ FOUNDRY_ENV = ("FOUNDRY_ARCHIVE", "FOUNDRY_MODE", "FOUNDRY_STRICT", "FOUNDRY_FAL
                "FOUNDRY_VLLM_DP_SIZE_LOCAL", "FOUNDRY_VLLM_DP_BACKEND", "LD_PRELOAD",
                "VLLM_WORKER_MULTIPROC_METHOD", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "VLLM_ENABLE_V1_MULTIPROCESSING",
                "VLLM_USE_MEGA_AOT_ARTIFACT", "VLLM_USE_STANDALONE_COMPILE", "VLLM_DISABLE_COMPILE_CACHE",
-               "VLLM_USE_AOT_COMPILE", "FOUNDRY_VLLM_PIECEWISE", "FOUNDRY_VLLM_PIECE_INSTANTIATE")
+               "VLLM_USE_AOT_COMPILE", "FOUNDRY_VLLM_PIECEWISE", "FOUNDRY_VLLM_PIECE_INSTANTIATE",
+               "FOUNDRY_VLLM_LOAD_WARMUPS")
 
 
 @pytest.fixture(autouse=True)
@@ -1164,6 +1165,17 @@ def test_load_numbers_the_dummy_requests_of_its_capture_loop(worker_env, fake_vl
     log, *_ = worker_env("load", state=state, archive_names=names)
     assert request_ids(log) == [f"req_{i % 2}_{n:016x}" for n, i in enumerate(range(12))]  # numbered, distinct
     assert fake_vllm["vllm.v1.worker.gpu.input_batch"].random_uuid is random_uuid  # put back after the loop
+
+
+def test_load_runs_the_warmups_outside_the_region_when_asked(worker_env, monkeypatch):
+    worker_env("save")
+    names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
+    monkeypatch.setenv(runtime.LOAD_WARMUPS_ENV, "1")
+    log, session, _, _, dev = worker_env("load", state=state, archive_names=names)
+    steps = [e for e in log if isinstance(e, str)]
+    assert "kernel_warmup" in steps and any(isinstance(e, tuple) and e[0] == "dummy_run" for e in log)
+    assert ("load", "eager") in log and "save" not in steps and session.mode is Mode.LOAD  # still restored
+    assert dev.count("stop_region") == 4  # the same pauses as without: the warmups run inside them
 
 
 def test_load_flow_can_skip_the_jit_warmup(worker_env, monkeypatch):

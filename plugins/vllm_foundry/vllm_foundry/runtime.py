@@ -36,6 +36,9 @@ INSTANTIATE_ENV = "FOUNDRY_VLLM_INSTANTIATE"          # eager (default) | parall
 INSTANTIATE_THREADS_ENV = "FOUNDRY_VLLM_INSTANTIATE_THREADS"  # default 4
 JIT_WARMUP_ENV = "FOUNDRY_VLLM_JIT_WARMUP"            # 1 (default): LOAD runs vLLM's V2 JIT warmup; 0: skips it
 CHECK_METADATA_ENV = "FOUNDRY_VLLM_CHECK_METADATA"    # 1 (default): compare attention-metadata addresses
+# 1: LOAD runs vLLM's compile-warmup forwards and kernel warmup outside the region, as SAVE does,
+# instead of skipping them (a diagnosis: LOAD's process then has run what SAVE's has); 0 (default).
+LOAD_WARMUPS_ENV = "FOUNDRY_VLLM_LOAD_WARMUPS"
 
 # A boolean variable: unset or empty gives the default (True); 0/false/no/off give False.
 env_flag = options.env_flag

@@ -224,13 +224,18 @@ def _in_warmup(rt: runtime.WorkerRuntime | None) -> bool:
     return rt is not None and rt.phase is Phase.WARMUP and rt.region_open
 
 
+def _skips_warmups(rt: runtime.WorkerRuntime) -> bool:
+    """LOAD skips the compile and kernel warmups unless FOUNDRY_VLLM_LOAD_WARMUPS=1."""
+    return rt.mode is Mode.LOAD and not runtime.env_flag(runtime.LOAD_WARMUPS_ENV, default=False)
+
+
 def wrap_dummy_run(original: Callable[..., Any]) -> Callable[..., Any]:
     def _dummy_run(self: Any, *args: Any, **kwargs: Any) -> Any:
         rt = runtime.current()
         if not _in_warmup(rt):
             return original(self, *args, **kwargs)
         assert rt is not None
-        if rt.mode is Mode.LOAD:
+        if _skips_warmups(rt):
             rt.skipped("a compile-warmup forward")
             return None, None
         with runtime.timed("a compile-warmup forward"), rt.paused():
@@ -244,7 +249,7 @@ def wrap_kernel_warmup(original: Callable[..., Any]) -> Callable[..., Any]:
         rt = runtime.current()
         if rt is None or not rt.region_open:
             return original(*args, **kwargs)
-        if rt.mode is Mode.LOAD:
+        if _skips_warmups(rt):
             rt.skipped("kernel warmup (JIT, autotuning)")
             return None
         with runtime.timed("kernel warmup"), rt.paused():
