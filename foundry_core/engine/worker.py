@@ -328,7 +328,10 @@ class WorkerRuntime:
         """Runs the body outside the region (see the module docstring): empties PyTorch's cache,
         stops the region, allocates from a private pool of its own, and on the way out lets the
         pool go, empties the cache again and resumes the region. Nested pauses and pauses while
-        the region is closed do nothing special."""
+        the region is closed do nothing special. Needs PyTorch 2.6 or later (a MemPool released
+        with its last reference; the engines' pinned releases have 2.11), and a pause must not end
+        while another thread captures a CUDA graph or allocates into another pool: PyTorch
+        flushes a released pool's cache only with no capture under way."""
         if self._pause_depth or not self.region_open:
             self._pause_depth += 1
             try:
@@ -344,9 +347,10 @@ class WorkerRuntime:
             with self.device.use_pool(pool):
                 yield
         finally:
-            # Letting the pool go releases it; the flush below then returns its cached blocks
-            # (one pool kept for the whole start would hold the profile's peak activations
-            # beyond the engine's memory budget until the process ends).
+            # Letting the pool go releases it: PyTorch's MemPool destructor frees its unused
+            # blocks at once, the rest when they are freed and the cache is flushed again (one
+            # pool kept for the whole start would hold the profile's peak activations beyond the
+            # engine's memory budget until the process ends).
             try:
                 free = self.device.free_memory()
                 pool = None

@@ -18,8 +18,8 @@ again; attention code that takes workspace only inside a forward (decode context
 grow it in SAVE's paused compile warmup, outside the region, and SAVE then warns
 (:func:`outside_region`) and its audit refuses the archive. A slot never used, or already in the
 region, is left as it is (recorded as 0). The old buffer is let go after the new one exists;
-on SAVE its memory stays cached in the paused work's private pool, so a SAVE holds the
-workspace's size more than vLLM's profile counted (LOAD does not).
+on SAVE it lay in the profile's private pool, released when that pause ended, so its memory
+goes back to the device at the next cache flush.
 """
 
 from __future__ import annotations
