@@ -2,7 +2,8 @@
 
 Usage:
   python report.py compare REFERENCE.json RUN.json...   identical greedy tokens? (exit 1 if not)
-  python report.py timing DIR                           time to ready, graph phase, TPOT per run
+  python report.py timing DIR                           time to ready, graph phase, TPOT per run, and how
+                                                        much shorter each LOAD's graph step is
 
 ``timing`` reads DIR/<run>.json and DIR/<run>.log for the runs captured-cold, captured-warm,
 eager, save and load (those present, in that order, then any other run in DIR), and takes the startup steps from vLLM's and Foundry's log
@@ -110,7 +111,29 @@ def timing(directory: str) -> int:
         if any(label in table[run] for run in present):
             print(f"| {label} | " + " | ".join(f"{table[run][label]:.2f}" if label in table[run] else "-"
                                                 for run in present) + " |")
+    for line in graph_step_ratios(table, {run: outcome(d / f"{run}.log") for run in present}):
+        print(line)
     return 0
+
+
+def graph_step_ratios(table: dict[str, dict[str, float]], outcomes: dict[str, str]) -> list[str]:
+    """How much shorter each restoring start's graph step (vLLM's capture_model, as Foundry times
+    it) is than SAVE's, and than the shortest capture of the unmodified starts (vLLM logs whole
+    seconds)."""
+    step = "capture/restore (foundry)"
+    saved = [table[r][step] for r, o in outcomes.items() if o == "saved" and step in table[r]]
+    unmodified = [table[r]["graph capture (vLLM)"] for r, o in outcomes.items()
+                  if o == "-" and table[r].get("graph capture (vLLM)")]
+    lines = []
+    for run, done in outcomes.items():
+        if done != "restored" or not table[run].get(step):
+            continue
+        seconds = table[run][step]
+        parts = [f"{max(saved) / seconds:.1f}x shorter than SAVE's {max(saved):.2f} s"] if saved else []
+        if unmodified:
+            parts.append(f"{min(unmodified) / seconds:.1f}x than the unmodified start's {min(unmodified):.0f} s")
+        lines.append(f"  {run}: graph step {seconds:.2f} s" + (": " + ", ".join(parts) if parts else ""))
+    return lines
 
 
 def main(argv: list[str]) -> int:

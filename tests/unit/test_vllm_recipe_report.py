@@ -38,6 +38,21 @@ def _run(directory: Path, name: str, tokens: list, ready: float) -> None:
     (directory / f"{name}.log").write_text("foundry: restored 3 graphs in 0.1 s\n" if "load" in name else "")
 
 
+def test_timing_says_how_much_shorter_each_restoring_starts_graph_step_is(tmp_path, capsys):
+    step = "foundry: capture_model (capture or restore) took {} s\n"
+    for name, ready, log in (
+            ("captured-1", 40.0, "Graph capturing finished in 5 secs, took 1.00 GiB\n"),
+            ("captured-2", 41.0, "Graph capturing finished in 6 secs, took 1.00 GiB\n"),
+            ("save", 70.0, "[foundry] saved 3 graphs (1 groups, 9 nodes, 2 images)\n" + step.format(5.57)),
+            ("load-1", 30.0, "foundry: restored 3 graphs in 0.3 s\n" + step.format(0.5))):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"ready_s": ready, "tokens": [[1]], "tpot_ms": {}}))
+        (tmp_path / f"{name}.log").write_text(log)
+    assert report.timing(str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert "  load-1: graph step 0.50 s: 11.1x shorter than SAVE's 5.57 s, 10.0x than the unmodified start's 5 s" in out
+    assert "captured-1: graph step" not in out and "save: graph step" not in out
+
+
 def test_timing_lists_known_runs_first_then_any_other(tmp_path, capsys):
     _run(tmp_path, "load-background", [[1, 2]], 31.0)
     _run(tmp_path, "load", [[1, 2]], 32.0)
