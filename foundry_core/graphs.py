@@ -403,7 +403,7 @@ class GraphArchive(Sequence):
         if threads <= 1:
             return self.instantiate_some(range(len(self)))
         start = time.perf_counter()
-        _native.call("foundry_graphset_instantiate_all", self._handle, max(threads, 1))
+        _native.call("foundry_graphset_instantiate_all", self._handle, threads)
         return time.perf_counter() - start
 
     def instantiate_some(self, indices: Sequence[int]) -> float:

@@ -124,14 +124,15 @@ def graph_step_ratios(table: dict[str, dict[str, float]], outcomes: dict[str, st
     saved = [table[r][step] for r, o in outcomes.items() if o == "saved" and step in table[r]]
     unmodified = [table[r]["graph capture (vLLM)"] for r, o in outcomes.items()
                   if o == "-" and table[r].get("graph capture (vLLM)")]
+    save_s, unmodified_s = max(saved, default=0.0), min(unmodified, default=0.0)
     lines = []
     for run, done in outcomes.items():
-        if done != "restored" or not table[run].get(step):
+        seconds = table[run].get(step)
+        if done != "restored" or not seconds:
             continue
-        seconds = table[run][step]
-        parts = [f"{max(saved) / seconds:.1f}x shorter than SAVE's {max(saved):.2f} s"] if saved else []
-        if unmodified:
-            parts.append(f"{min(unmodified) / seconds:.1f}x than the unmodified start's {min(unmodified):.0f} s")
+        parts = [f"{save_s / seconds:.1f}x shorter than SAVE's {save_s:.2f} s"] if save_s else []
+        if unmodified_s:
+            parts.append(f"{unmodified_s / seconds:.1f}x than the unmodified start's {unmodified_s:.0f} s")
         lines.append(f"  {run}: graph step {seconds:.2f} s" + (": " + ", ".join(parts) if parts else ""))
     return lines
 

@@ -2,7 +2,7 @@
 
 Usage: python tiny_moe_model.py OUT_DIR TOKENIZER_DIR
 
-TOKENIZER_DIR is a folder written by the enginepack's ``tiny_model.py`` (vocabulary 32000): its
+TOKENIZER_DIR is a tiny Qwen3-style model folder (``tiny_model.py``'s, vocabulary 32000): its
 tokenizer and generation files are copied, and ``config.json`` is a ``Qwen2MoeForCausalLM``
 (hidden 1024, 8 layers, 16 heads of 64, 8 KV heads, 8 experts of 512 with 2 per token, a shared
 expert of 1024, vocabulary 32000). vLLM 0.25 runs this architecture on its V2 model runner by
@@ -61,11 +61,11 @@ def moe_config(vocab_size: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("tokenizer_dir", type=Path, help="a folder written by the enginepack's tiny_model.py")
+    parser.add_argument("tokenizer_dir", type=Path, help="a tiny Qwen3-style model folder written by tiny_model.py")
     args = parser.parse_args()
     missing = [n for n in ("config.json", *COPIED) if not (args.tokenizer_dir / n).is_file()]
     if missing:
-        raise SystemExit(f"{args.tokenizer_dir} lacks {', '.join(missing)}: pass a folder written by the enginepack's "
+        raise SystemExit(f"{args.tokenizer_dir} lacks {', '.join(missing)}: pass a folder written by "
                          "tiny_model.py (python tiny_model.py DIR)")
     vocab = json.loads((args.tokenizer_dir / "config.json").read_text())["vocab_size"]
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -297,7 +297,8 @@ def numbered_dummy_requests() -> contextlib.AbstractContextManager[None]:
     neutralised loop numbers them instead. A no-op where the seam is missing."""
     try:
         owner, name, _ = patching.resolve(seams.seam("runner.dummy_request_id"))
-    except SeamError:
+    except SeamError as exc:
+        logger.debug("foundry: LOAD's capture loop keeps vLLM's random request ids (%s)", exc)
         return contextlib.nullcontext()
     numbers = itertools.count()
     return swapped(owner, **{name: lambda *_args, **_kwargs: f"{next(numbers):016x}"})

@@ -5,8 +5,8 @@ Supported in this version: the V2 model runner (vLLM's default since 0.25 for mo
 piecewise graphs of the others; piecewise.py) without Inductor graph partition or breakable CUDA
 graphs, and ``FULL_DECODE_ONLY`` (decode graphs only, the mode without torch.compile); one GPU,
 tensor parallel, expert parallel over the tensor-parallel group, data parallel of dense models
-(pipeline parallel size 1), no speculative decoding, no LoRA, no sleep
-mode, no dual-batch overlap, no CPU weight offload. ``FOUNDRY_VLLM_PIECEWISE=0`` refuses
+(pipeline parallel size 1), no speculative decoding, no LoRA, no sleep mode, no dual-batch
+overlap, no CPU weight offload. ``FOUNDRY_VLLM_PIECEWISE=0`` refuses
 ``FULL_AND_PIECEWISE``. ``PIECEWISE`` alone is refused: vLLM then captures no decode graph and
 makes none of the decode output buffers the archive's graphs are restored around.
 
@@ -141,7 +141,7 @@ def parallel_problems(vllm_config: Any) -> list[str]:
     problems = []
     pp = config_value(vllm_config, "parallel_config", "pipeline_parallel_size", default=1)
     if pp != 1:
-        problems.append(f"pipeline_parallel_size={pp} is not supported (one GPU, tensor or data parallel only)")
+        problems.append(f"pipeline_parallel_size={pp} is not supported (one GPU, tensor, expert or data parallel)")
     if config_value(vllm_config, "parallel_config", "enable_expert_parallel", default=False):
         problems += expert_parallel_problems(vllm_config)
     nnodes = config_value(vllm_config, "parallel_config", "nnodes", default=1)
