@@ -135,3 +135,37 @@ def nccl_kernel_args(graph: int) -> list[dict]:
         out.append({"size": size.value, "comm": hex(comm), "channel_mask": hex(mask), "work_storage": storage,
                     "work_mask": hex(work_mask), "work_buf": hex(work_buf), "next32": raw[32:64].hex()})
     return out
+
+
+def template_graph(archive, i: int) -> int:
+    """The CUgraph restored graph ``i`` of ``archive`` was instantiated from (its values written in)."""
+    from foundry_core import _native
+
+    out = ctypes.c_uint64()
+    _native.call("foundry_graphset_template", archive._handle, i, ctypes.byref(out))
+    return out.value
+
+
+_EDGE_ENDS = {0: "kernel", 6: "wait", 7: "record"}
+
+
+def edge_kinds(graph: int) -> dict[str, int]:
+    """The CUgraph ``graph``'s edges counted by the types of their two ends, their dependency type
+    (0 full, 1 programmatic) and their outgoing port, read from the driver."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    n = ctypes.c_size_t()
+    assert cuda.cuGraphGetEdges_v2(ctypes.c_void_p(graph), None, None, None, ctypes.byref(n)) == 0
+    src, dst = (ctypes.c_void_p * max(n.value, 1))(), (ctypes.c_void_p * max(n.value, 1))()
+    data = (ctypes.c_uint8 * (8 * max(n.value, 1)))()  # CUgraphEdgeData: from_port, to_port, type, reserved[5]
+    assert cuda.cuGraphGetEdges_v2(ctypes.c_void_p(graph), src, dst, data, ctypes.byref(n)) == 0
+
+    def end(node) -> str:
+        kind = ctypes.c_int()
+        assert cuda.cuGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)) == 0
+        return _EDGE_ENDS.get(kind.value, _NODE_TYPES.get(kind.value, str(kind.value)))
+
+    counts: dict[str, int] = {}
+    for i in range(n.value):
+        key = f"{end(src[i])}->{end(dst[i])} type{data[8 * i + 2]} port{data[8 * i]}"
+        counts[key] = counts.get(key, 0) + 1
+    return counts

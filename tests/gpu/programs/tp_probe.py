@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 import foundry_core as fdry
-from _common import REGION_BASE, REGION_SIZE, graph_shape, kernel_launches, nccl_kernel_args
+from _common import REGION_BASE, REGION_SIZE, graph_shape, kernel_launches, nccl_kernel_args, template_graph
 
 SIZES = (1, 4, 16, 64)
 HIDDEN, INTER = 4096, 12288
@@ -65,17 +65,6 @@ def layer(world: int):
         dist.all_reduce(h)
         return h + x[:b]
     return x, step
-
-
-def template_graph(archive, i: int) -> int:
-    """The CUgraph restored graph i was instantiated from (its values written in)."""
-    import ctypes
-
-    from foundry_core import _native
-
-    out = ctypes.c_uint64()
-    _native.call("foundry_graphset_template", archive._handle, i, ctypes.byref(out))
-    return out.value
 
 
 def main() -> None:
