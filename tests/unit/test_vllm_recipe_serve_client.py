@@ -1,0 +1,91 @@
+"""recipe/vllm/serve_client.py against a stand-in server whose requests take a known time per token."""
+
+import importlib.util
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[2] / "recipe" / "vllm" / "serve_client.py"
+_spec = importlib.util.spec_from_file_location("vllm_recipe_serve_client", _PATH)
+client = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(client)
+
+PER_TOKEN_S = 0.005  # each request sleeps this per generated token, plus a fixed "prefill"
+PREFILL_S = 0.02
+
+
+class _Completions(BaseHTTPRequestHandler):
+    requests: list[dict] = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append(body)
+        time.sleep(PREFILL_S + PER_TOKEN_S * body["max_tokens"])
+        # Tokens that depend on the prompt, as a greedy model's would.
+        seed = sum(body["prompt"].encode())
+        tokens = [(seed + i) % 1000 for i in range(body["max_tokens"])]
+        data = json.dumps({"choices": [{"text": "x", "token_ids": tokens}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_args):
+        pass
+
+
+@pytest.fixture
+def server():
+    _Completions.requests = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Completions)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd.server_address[1]
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_tpot_is_the_extra_time_per_decode_step_without_the_prefill(server):
+    samples = client.tpot_samples_ms(f"http://127.0.0.1:{server}", batch=4, tokens=20, reps=2)
+    assert len(samples) == 2
+    # 5 ms per token by construction; the fixed 20 ms "prefill" cancels out.
+    for ms in samples:
+        assert 4.0 <= ms <= 8.0, samples
+    sent = _Completions.requests
+    # warm (4 x 21 tokens), then per round 4 x 1 token and 4 x 21 tokens, all greedy.
+    assert [r["max_tokens"] for r in sent].count(1) == 8
+    assert [r["max_tokens"] for r in sent].count(21) == 12
+    assert all(r["temperature"] == 0.0 and r["ignore_eos"] for r in sent)
+
+
+def test_main_writes_tokens_ready_time_and_tpot(server, tmp_path, monkeypatch):
+    monkeypatch.setattr(client, "TOKENS", 3)
+    monkeypatch.setattr(client, "TPOT_TOKENS", 4)
+    monkeypatch.setattr(client, "TPOT_REPS", 1)
+    out = tmp_path / "start.json"
+    assert client.main([str(server), str(out), "1,2", "12.5"]) == 0
+    result = json.loads(out.read_text())
+    assert result["ready_s"] == 12.5
+    assert len(result["tokens"]) == client.PROMPTS
+    assert all(len(t) == 3 for t in result["tokens"])
+    assert result["tokens"][0] != result["tokens"][1]  # each prompt's own completion, in order
+    assert set(result["tpot_ms"]) == {"1", "2"}
+    assert all(ms > 0 for ms in result["tpot_ms"].values())
+
+
+def test_main_without_tpot_writes_only_the_completions(server, tmp_path, monkeypatch):
+    monkeypatch.setattr(client, "TOKENS", 2)
+    out = tmp_path / "start.json"
+    assert client.main([str(server), str(out), "", "3.0"]) == 0
+    result = json.loads(out.read_text())
+    assert "tpot_ms" not in result and len(result["tokens"]) == client.PROMPTS
+
+
+def test_main_with_missing_arguments_prints_usage(capsys):
+    assert client.main(["8000", "out.json"]) == 2
+    assert "TPOT" in capsys.readouterr().err
