@@ -14,8 +14,8 @@ _spec = importlib.util.spec_from_file_location("vllm_recipe_serve_client", _PATH
 client = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(client)
 
-PER_TOKEN_S = 0.005  # each request sleeps this per generated token, plus a fixed "prefill"
-PREFILL_S = 0.02
+PER_TOKEN_S = 0.010  # each request sleeps this per generated token, plus a fixed "prefill"
+PREFILL_S = 0.1
 
 
 class _Completions(BaseHTTPRequestHandler):
@@ -51,20 +51,23 @@ def server():
 
 
 def test_tpot_is_the_extra_time_per_decode_step_without_the_prefill(server):
-    samples = client.tpot_samples_ms(f"http://127.0.0.1:{server}", batch=4, tokens=20, reps=2)
+    samples = client.tpot_samples_ms(f"http://127.0.0.1:{server}", batch=4, tokens=4, reps=2)
     assert len(samples) == 2
-    # 5 ms per token by construction; the fixed 20 ms "prefill" cancels out.
+    # 10 ms per token by construction; the fixed 100 ms "prefill" cancels out. Dividing by the
+    # 5 tokens of the long requests would give 8 ms, leaving the prefill in 37.5 ms, and sending
+    # the 4 requests one after another 40 ms.
     for ms in samples:
-        assert 4.0 <= ms <= 8.0, samples
+        assert 9.0 <= ms <= 12.5, samples
     sent = _Completions.requests
-    # warm (4 x 21 tokens), then per round 4 x 1 token and 4 x 21 tokens, all greedy.
+    # warm (4 x 5 tokens), then per round 4 x 1 token and 4 x 5 tokens, all greedy.
     assert [r["max_tokens"] for r in sent].count(1) == 8
-    assert [r["max_tokens"] for r in sent].count(21) == 12
+    assert [r["max_tokens"] for r in sent].count(5) == 12
     assert all(r["temperature"] == 0.0 and r["ignore_eos"] for r in sent)
 
 
 def test_main_writes_tokens_ready_time_and_tpot(server, tmp_path, monkeypatch):
     monkeypatch.setattr(client, "TOKENS", 3)
+    monkeypatch.setattr(client, "PROMPTS", 8)
     monkeypatch.setattr(client, "TPOT_TOKENS", 4)
     monkeypatch.setattr(client, "TPOT_REPS", 1)
     out = tmp_path / "start.json"
@@ -80,6 +83,7 @@ def test_main_writes_tokens_ready_time_and_tpot(server, tmp_path, monkeypatch):
 
 def test_main_without_tpot_writes_only_the_completions(server, tmp_path, monkeypatch):
     monkeypatch.setattr(client, "TOKENS", 2)
+    monkeypatch.setattr(client, "PROMPTS", 4)
     out = tmp_path / "start.json"
     assert client.main([str(server), str(out), "", "3.0"]) == 0
     result = json.loads(out.read_text())
