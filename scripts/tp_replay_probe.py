@@ -198,9 +198,10 @@ def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] in ("save", "load"):
         rank_main(sys.argv[1], Path(sys.argv[2]))
         return
-    if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and int(sys.argv[2]) < 1):
-        raise SystemExit("usage: python scripts/tp_replay_probe.py DIR [LOADS, at least 1]")
-    directory, loads = Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    loads = sys.argv[2] if len(sys.argv) == 3 else "2"
+    if len(sys.argv) not in (2, 3) or not loads.isdigit() or int(loads) < 1:
+        raise SystemExit("usage: python scripts/tp_replay_probe.py DIR [LOADS: LOAD processes, at least 1]")
+    directory, loads = Path(sys.argv[1]), int(loads)
     directory.mkdir(parents=True, exist_ok=True)
     rows = [("save", launch("save", directory, "save"))]
     rows += [(f"load-{i}", launch("load", directory, f"load-{i}")) for i in range(1, loads + 1)]

@@ -83,14 +83,19 @@ _NODE_TYPES = {0: "kernel", 1: "memcpy", 2: "memset", 3: "host", 4: "child", 5: 
                12: "batch_mem_op", 13: "conditional"}
 
 
+def _node_type(cuda: ctypes.CDLL, node: int) -> int:
+    kind = ctypes.c_int()
+    assert cuda.cuGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)) == 0
+    return kind.value
+
+
 def graph_shape(graph: int) -> dict:
     """The CUgraph ``graph``'s node count per node type and its edge count, read from the driver."""
     cuda = ctypes.CDLL("libcuda.so.1")
     counts: dict[str, int] = {}
     for node in _nodes(cuda, graph):
-        kind = ctypes.c_int()
-        assert cuda.cuGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)) == 0
-        name = _NODE_TYPES.get(kind.value, str(kind.value))
+        kind = _node_type(cuda, node)
+        name = _NODE_TYPES.get(kind, str(kind))
         counts[name] = counts.get(name, 0) + 1
     edges = ctypes.c_size_t()
     assert cuda.cuGraphGetEdges(ctypes.c_void_p(graph), None, None, ctypes.byref(edges)) == 0
@@ -160,9 +165,8 @@ def edge_kinds(graph: int) -> dict[str, int]:
     assert cuda.cuGraphGetEdges_v2(ctypes.c_void_p(graph), src, dst, data, ctypes.byref(n)) == 0
 
     def end(node) -> str:
-        kind = ctypes.c_int()
-        assert cuda.cuGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)) == 0
-        return _EDGE_ENDS.get(kind.value, _NODE_TYPES.get(kind.value, str(kind.value)))
+        kind = _node_type(cuda, node)
+        return _EDGE_ENDS.get(kind, _NODE_TYPES.get(kind, str(kind)))
 
     counts: dict[str, int] = {}
     for i in range(n.value):
