@@ -5,17 +5,30 @@
 
 RECIPE_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-# ensure_tiny_model MODEL_DIR: writes a tiny model (dummy weights) there unless it has a config.json,
-# with TINY_MODEL or the enginepack's tiny_model.py (beside the checkout or one level up).
+# ensure_tiny_model MODEL_DIR: writes a tiny model there unless it has a config.json, with
+# TINY_MODEL or the enginepack's tiny_model.py (beside the checkout or one level up); then, unless
+# WEIGHTS=dummy or the folder has weights, random weights of a normal scale (random_weights.py), so
+# that completions depend on the prompt and a wrong restore cannot hide behind the dummy weights'
+# one completion for every prompt.
 ensure_tiny_model() {
   local model="$1" gen="${TINY_MODEL:-}" cand
-  [ -f "$model/config.json" ] && return 0
-  for cand in "$RECIPE_LIB_DIR/../shared/tools/enginepack/tiny_model.py" \
-              "$RECIPE_LIB_DIR/../../shared/tools/enginepack/tiny_model.py"; do
-    [ -n "$gen" ] || { [ -f "$cand" ] && gen="$cand"; }
-  done
-  [ -n "$gen" ] || { echo "tiny_model.py not found; set TINY_MODEL" >&2; exit 1; }
-  "$PYTHON" "$gen" "$model"
+  if [ ! -f "$model/config.json" ]; then
+    for cand in "$RECIPE_LIB_DIR/../shared/tools/enginepack/tiny_model.py" \
+                "$RECIPE_LIB_DIR/../../shared/tools/enginepack/tiny_model.py"; do
+      [ -n "$gen" ] || { [ -f "$cand" ] && gen="$cand"; }
+    done
+    [ -n "$gen" ] || { echo "tiny_model.py not found; set TINY_MODEL" >&2; exit 1; }
+    "$PYTHON" "$gen" "$model"
+  fi
+  if [ "${WEIGHTS:-random}" != dummy ] && [ "$(load_format "$model")" = dummy ]; then
+    "$PYTHON" "$RECIPE_LIB_DIR/random_weights.py" "$model"
+  fi
+}
+
+# load_format MODEL_DIR: "auto" when the folder holds weights (*.safetensors), else "dummy" (the
+# engine fills them); every start of a recipe passes it, so all of them run the same weights.
+load_format() {
+  if compgen -G "$1/*.safetensors" > /dev/null; then echo auto; else echo dummy; fi
 }
 
 # wait_for_health PORT LIMIT_S PID T0 EXITED_MESSAGE TIMEOUT_MESSAGE: polls
@@ -72,21 +85,24 @@ expect_restored() {
 }
 
 # compare_tokens DIFFER_MESSAGE SAME_MESSAGE NAME...: the starts' ready times, then a failure with
-# DIFFER_MESSAGE unless every OUT/NAME.json holds the tokens of the first; else SAME_MESSAGE.
-# In the messages, {ref} is the first name, {bad} the differing ones, {count} the number of token
-# lists and {names} all names.
+# DIFFER_MESSAGE unless every OUT/NAME.json holds the outputs of the first (same_outputs.py: the
+# greedy tokens and, where recorded, their log-probabilities bit for bit); else SAME_MESSAGE.
+# In the messages, {ref} is the first name, {bad} the differing ones with their first difference,
+# {what} what was compared, {count} the number of completions, {distinct} how many of the first's
+# differ from one another, {names} all names.
 compare_tokens() {
-  "$PYTHON" - "$OUT" "$@" <<'EOF'
+  "$PYTHON" - "$RECIPE_LIB_DIR" "$OUT" "$@" <<'EOF'
 import json, sys
-out, differ, same, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+sys.path.insert(0, sys.argv[1])
+from same_outputs import compare
+out, differ, same, names = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 runs = {n: json.load(open(f"{out}/{n}.json")) for n in names}
 for n, r in runs.items():
     print(f"{n:9s} ready {r['ready_s']:6.1f} s")
-ref = runs[names[0]]["tokens"]
-bad = [n for n in names[1:] if runs[n]["tokens"] != ref]
-if bad:
-    sys.exit(differ.format(ref=names[0], bad=", ".join(bad)))
-print(same.format(count=len(ref), names=", ".join(names)))
+result = compare(names[0], runs)
+if result.differences:
+    sys.exit(differ.format(ref=names[0], bad="; ".join(f"{n} ({why})" for n, why in result.differences.items())))
+print(same.format(what=result.what, count=result.count, distinct=result.distinct, names=", ".join(names)))
 EOF
 }
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # SGLang + Foundry on one GPU: an unmodified start, a SAVE start, then a LOAD start, each a fresh
-# `python -m sglang.launch_server`, with identical greedy tokens checked across the three, and the
+# `python -m sglang.launch_server`, with identical greedy tokens and log-probabilities checked across the three, and the
 # SAVE / LOAD starts checked to have saved / restored (a start that fell back would still give
 # identical tokens, so the `foundry:` log lines are the proof).
 #
 # Usage: bash recipe/sglang/save_then_load.sh [MODEL_DIR] [ARCHIVE_DIR]
-#   MODEL_DIR    default /tmp/tiny-qwen3 (written with tiny_model.py when missing; dummy weights)
+#   MODEL_DIR    default /tmp/tiny-qwen3 (written with tiny_model.py when missing, with random
+#                weights; a folder without *.safetensors runs on dummy weights)
 #   ARCHIVE_DIR  default /tmp/foundry-sglang-archive (removed first: the SAVE start writes it)
 # Env: SIZES (default "1 2 4 8 16 32") decode CUDA-graph batch sizes; CONTEXT_LENGTH (2048);
 #      MAX_RUNNING (32); MEM_FRACTION (0.5); PORT (30011); PROMPTS (32); TOKENS (64);
@@ -29,11 +30,13 @@
 #      SGLang logs every decode step (--decode-log-interval 1) and each start's JSON also gets
 #      step_tpot_ms, the scheduler's own step time per batch size (step_tpot.py);
 #      ALSO_INSTANTIATE=MODE adds to each REPEAT round a LOAD start with
-#      FOUNDRY_SGLANG_INSTANTIATE=MODE (load-MODE-N).
+#      FOUNDRY_SGLANG_INSTANTIATE=MODE (load-MODE-N); WEIGHTS=dummy: a model folder without
+#      weights keeps the engine's dummy ones (by default recipe/random_weights.py writes random
+#      ones first; it refuses models over 1e9 parameters).
 # Output: OUT_DIR (default /tmp/foundry-sglang-recipe) holds one log and one JSON per start.
 set -euo pipefail
 case "${1:-}" in
-  -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,/^# Output/p' "$0"; exit 0 ;;
   -*) echo "usage: $0 [MODEL_DIR] [ARCHIVE_DIR] (unknown option '$1')" >&2; exit 2 ;;
 esac
 MODEL="${1:-/tmp/tiny-qwen3}"
@@ -63,7 +66,7 @@ ensure_tiny_model "$MODEL"
 # The same flags on every start: anything that shapes the graphs is part of the archive's
 # fingerprint, and a LOAD with other flags falls back (which this script reports as a failure).
 # shellcheck disable=SC2206
-FLAGS=( --model-path "$MODEL" --load-format dummy --attention-backend triton --sampling-backend pytorch
+FLAGS=( --model-path "$MODEL" --load-format "$(load_format "$MODEL")" --attention-backend triton --sampling-backend pytorch
         --disable-prefill-cuda-graph --cuda-graph-bs-decode $SIZES --disable-flashinfer-autotune
         --mem-fraction-static "$MEM_FRACTION" --context-length "$CONTEXT_LENGTH" --max-running-requests "$MAX_RUNNING"
         --random-seed 0 --served-model-name tiny --host 127.0.0.1 --port "$PORT" )
@@ -103,18 +106,21 @@ port, out, prompts, tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys
 tpot_batches, reps, ready = [int(b) for b in sys.argv[5].split(",") if b.strip()], int(sys.argv[6]), float(sys.argv[7])
 base = f"http://127.0.0.1:{port}"
 
-def generate(texts, max_new_tokens=tokens):
-    body = {"text": texts, "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True}}
+def generate(texts, max_new_tokens=tokens, logprobs=False):
+    body = {"text": texts, "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
+            "return_logprob": logprobs}
     req = urllib.request.Request(base + "/generate", json.dumps(body).encode(), {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=300) as r:
         return json.load(r)
 
 # One batched request (decode batches up to the largest graph), then one prompt alone (batch 1).
 texts = [f"hello world the model number {i} said" for i in range(prompts)]
-batched = generate(texts)
-single = generate(texts[0])
+# Each chosen token's log-probability too: SGLang computes it from the logits the graphs wrote.
+batched = generate(texts, logprobs=True)
+single = generate(texts[0], logprobs=True)
 runs = [*batched, single] if isinstance(batched, list) else [batched, single]
 ids = [r["output_ids"] for r in runs]
+logprobs = [[lp for lp, *_ in r["meta_info"]["output_token_logprobs"]] for r in runs]
 assert all(len(x) == tokens for x in ids), [len(x) for x in ids]
 
 def tpot_samples_ms(batch, steps=64):
@@ -128,7 +134,8 @@ def tpot_samples_ms(batch, steps=64):
 
 samples = {str(b): tpot_samples_ms(b) for b in tpot_batches}
 tpot = {b: statistics.median(s) for b, s in samples.items()}
-json.dump({"ready_s": ready, "tokens": ids, "tpot_ms": tpot, "tpot_samples_ms": samples}, open(out, "w"))
+json.dump({"ready_s": ready, "tokens": ids, "logprobs": logprobs, "tpot_ms": tpot, "tpot_samples_ms": samples},
+          open(out, "w"))
 shown = " ".join(f"b{b}={ms:.2f}ms" for b, ms in tpot.items())
 print(f"/health 200 after {ready:.1f} s; {len(ids)} completions of {tokens} tokens; TPOT {shown or '-'}")
 EOF
@@ -168,8 +175,8 @@ saved=$(grep -oE "captured [0-9]+ decode graphs" "$OUT/save.log" | grep -oE "[0-
 restored=$(grep -oE "restored [0-9]+ decode graphs" "$OUT/load.log" | grep -oE "[0-9]+" | head -n1)
 [ "$saved" = "$restored" ] || { echo "SAVE captured $saved decode graphs, LOAD restored $restored" >&2; exit 1; }
 
-compare_tokens "greedy tokens differ from {ref}: {bad}" \
-  "identical greedy tokens ({count} completions) across {names}" "${names[@]}"
+compare_tokens "outputs differ from {ref}: {bad}" \
+  "identical {what} ({count} completions, {distinct} distinct) across {names}" "${names[@]}"
 
 # REPEAT=N: N-1 more unmodified and LOAD starts, alternating, for TPOT over several starts.
 if [ "${REPEAT:-1}" -gt 1 ]; then
@@ -185,8 +192,8 @@ if [ "${REPEAT:-1}" -gt 1 ]; then
     expect_log "$OUT/$variant.log" "foundry: restored [0-9]+ decode graphs in " \
       "the LOAD start $variant restored no graphs (see $OUT/$variant.log)"
   done
-  compare_tokens "greedy tokens differ from {ref}: {bad}" \
-    "identical greedy tokens ({count} completions) across {names}" "${names[@]}"
+  compare_tokens "outputs differ from {ref}: {bad}" \
+    "identical {what} ({count} completions, {distinct} distinct) across {names}" "${names[@]}"
 fi
 
 # FALLBACKS=1: a corrupted archive (mode load) and a foreign one (saved with another context
@@ -199,5 +206,5 @@ rm -rf "$ARCHIVE-foreign" && cp -r "$ARCHIVE" "$ARCHIVE-foreign"
 run foreign --foundry-archive "$ARCHIVE-foreign" --foundry-mode auto --context-length 1024
 expect_log "$OUT/foreign.log" "foundry: .*does not use the archive" "the foreign archive was not refused (see $OUT/foreign.log)"
 expect_log "$OUT/foreign.log" "foundry: captured [0-9]+ decode graphs in .* saved" "auto mode saved no fresh archive (see $OUT/foreign.log)"
-compare_tokens "greedy tokens differ from {ref}: {bad}" \
-  "identical greedy tokens ({count} completions) across {names} after the fallbacks" "${names[@]}" corrupt foreign
+compare_tokens "outputs differ from {ref}: {bad}" \
+  "identical {what} ({count} completions, {distinct} distinct) across {names} after the fallbacks" "${names[@]}" corrupt foreign

@@ -1,7 +1,6 @@
 """Tables from the JSON and logs that ``start.py`` runs leave behind.
 
 Usage:
-  python report.py compare REFERENCE.json RUN.json...   identical greedy tokens? (exit 1 if not)
   python report.py timing DIR                           time to ready, graph phase, TPOT per run, and how
                                                         much shorter each LOAD's graph step is
 
@@ -37,18 +36,6 @@ STEPS = (
 def load(path: Path) -> dict:
     with open(path) as f:
         return json.load(f)
-
-
-def compare(reference: str, runs: list[str]) -> int:
-    ref = load(Path(reference))["tokens"]
-    bad = 0
-    for run in runs:
-        tokens = load(Path(run))["tokens"]
-        same = tokens == ref
-        bad += not same
-        print(f"  {Path(run).stem}: {'identical' if same else 'DIFFERENT'} greedy tokens "
-              f"({len(tokens)} prompts) vs {Path(reference).stem}")
-    return 1 if bad else 0
 
 
 def steps(log: Path) -> dict[str, float]:
@@ -138,8 +125,6 @@ def graph_step_ratios(table: dict[str, dict[str, float]], outcomes: dict[str, st
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) >= 3 and argv[0] == "compare":
-        return compare(argv[1], argv[2:])
     if len(argv) == 2 and argv[0] == "timing":
         return timing(argv[1])
     print(__doc__, file=sys.stderr)

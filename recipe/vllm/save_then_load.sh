@@ -5,7 +5,8 @@
 # Usage: bash recipe/vllm/save_then_load.sh [llm|serve] [MODEL_DIR] [ARCHIVE_DIR]
 #   llm    the offline LLM API (FOUNDRY_ARCHIVE / FOUNDRY_MODE in the environment)   [default]
 #   serve  `vllm serve MODEL --foundry-archive DIR --foundry-mode ...` and /v1/completions
-#   MODEL_DIR    default /tmp/tiny-qwen3 (written with tiny_model.py when missing; dummy weights)
+#   MODEL_DIR    default /tmp/tiny-qwen3 (written with tiny_model.py when missing, with random
+#                weights; a folder without *.safetensors runs on dummy weights)
 #   ARCHIVE_DIR  default /tmp/foundry-vllm-archive (removed first: the first start SAVEs)
 # Env: BASELINE=1 adds a start without Foundry (FOUNDRY_MODE=off) to the comparison;
 #      SIZES (default "1 2 4 8 16 32 64 128") capture sizes; MAX_MODEL_LEN (2048); PORT (8011);
@@ -15,12 +16,14 @@
 #      CG_MODE: vLLM's CUDA-graph mode (default: vLLM's, FULL_AND_PIECEWISE);
 #      PYTHON (python3);
 #      VLLM_ENV: a file to source first (the GPU machine's pack: /tmp/site/vllm-env.sh);
-#      TINY_MODEL: tiny_model.py (default: the enginepack's); SERVE_TIMEOUT (600 s).
+#      TINY_MODEL: tiny_model.py (default: the enginepack's); SERVE_TIMEOUT (600 s);
+#      WEIGHTS=dummy: a model folder without weights keeps the engine's dummy ones (by default
+#      recipe/random_weights.py writes random ones first; it refuses models over 1e9 parameters).
 # Output: OUT_DIR (default /tmp/foundry-vllm-recipe) holds one log and one JSON per start.
 set -euo pipefail
 WHAT="${1:-llm}"
 case "$WHAT" in
-  -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,/^# Output/p' "$0"; exit 0 ;;
   llm|serve) ;;
   *) echo "usage: $0 [llm|serve] [MODEL_DIR] [ARCHIVE_DIR] (got '$WHAT')" >&2; exit 2 ;;
 esac
@@ -68,7 +71,7 @@ run_serve() {  # NAME FOUNDRY_MODE
   local t0 pid rc=0
   t0=$(date +%s.%N)
   # shellcheck disable=SC2086
-  "$PYTHON" -m vllm.entrypoints.cli.main serve "$MODEL" --load-format dummy --attention-backend FLASH_ATTN \
+  "$PYTHON" -m vllm.entrypoints.cli.main serve "$MODEL" --load-format "$(load_format "$MODEL")" --attention-backend FLASH_ATTN \
     --served-model-name tiny --max-model-len "$MAX_MODEL_LEN" --gpu-memory-utilization 0.5 --seed 0 \
     ${CG_MODE:+-cc.cudagraph_mode=$CG_MODE} --cudagraph-capture-sizes $SIZES ${PARALLEL[@]+"${PARALLEL[@]}"} \
     --foundry-archive "$ARCHIVE" --foundry-mode "$2" --host 127.0.0.1 --port "$PORT" > "$OUT/$1.log" 2>&1 &
@@ -100,5 +103,5 @@ for ((r = 0; r < RANKS; r++)); do
     "the LOAD start did not restore rank $r's graphs (see $OUT/load.log)"
 done
 
-compare_tokens "completions differ from {ref}: {bad}" \
-  "identical greedy completions ({count} prompts) across {names}" "${names[@]}"
+compare_tokens "outputs differ from {ref}: {bad}" \
+  "identical {what} ({count} prompts, {distinct} distinct completions) across {names}" "${names[@]}"

@@ -5,7 +5,7 @@ Usage: python serve_client.py PORT OUT.json TPOT READY_S
   READY_S  seconds from the server's start to /health 200 (written to OUT.json as ``ready_s``)
 
 Writes OUT.json with ``ready_s``, ``tokens`` (32 prompts, 64 tokens, temperature 0, the token ids
-when the server returns them) and, with TPOT, ``tpot_ms``: per batch size, the median over three
+when the server returns them), ``logprobs`` (each chosen token's log-probability) and, with TPOT, ``tpot_ms``: per batch size, the median over three
 rounds of (time of N concurrent requests of T+1 tokens - time of N requests of 1 token) / T, the
 decode step time without the prefill, HTTP included; the samples in ``tpot_samples_ms``. With data
 parallel the server spreads the N requests over its replicas, in every start alike.
@@ -25,23 +25,28 @@ PROMPTS, TOKENS = 32, 64
 TPOT_TOKENS, TPOT_REPS = 64, 3
 
 
-def complete(base: str, prompt: str, max_tokens: int) -> dict:
-    """One greedy /v1/completions request; its first choice."""
+def complete(base: str, prompt: str, max_tokens: int, logprobs: bool = False) -> dict:
+    """One greedy /v1/completions request; its first choice (with each chosen token's
+    log-probability when ``logprobs``)."""
     body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
             "ignore_eos": True, "return_token_ids": True}
+    if logprobs:
+        body["logprobs"] = 0
     request = urllib.request.Request(base + "/v1/completions", json.dumps(body).encode(),
                                      {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=300) as response:
         return json.load(response)["choices"][0]
 
 
-def greedy_tokens(base: str) -> list:
-    """The completions of the recipe's prompts, one request at a time (the order is the prompts')."""
-    out = []
+def greedy_outputs(base: str) -> dict:
+    """The completions of the recipe's prompts, one request at a time (the order is the prompts'):
+    ``tokens`` and ``logprobs``."""
+    tokens, logprobs = [], []
     for i in range(PROMPTS):
-        choice = complete(base, f"hello world the model number {i} said", TOKENS)
-        out.append(choice.get("token_ids") or choice["text"])
-    return out
+        choice = complete(base, f"hello world the model number {i} said", TOKENS, logprobs=True)
+        tokens.append(choice.get("token_ids") or choice["text"])
+        logprobs.append((choice.get("logprobs") or {}).get("token_logprobs"))
+    return {"tokens": tokens, "logprobs": logprobs}
 
 
 def timed_batch(base: str, batch: int, max_tokens: int, pool: ThreadPoolExecutor) -> float:
@@ -66,7 +71,7 @@ def tpot_samples_ms(base: str, batch: int, tokens: int, reps: int) -> list[float
 
 def measure(port: int, batches: list[int], ready_s: float) -> dict:
     base = f"http://127.0.0.1:{port}"
-    result: dict = {"ready_s": ready_s, "tokens": greedy_tokens(base)}
+    result: dict = {"ready_s": ready_s, **greedy_outputs(base)}
     if batches:
         samples = {str(b): tpot_samples_ms(base, b, TPOT_TOKENS, TPOT_REPS) for b in batches}
         result["tpot_ms"] = {b: statistics.median(s) for b, s in samples.items()}

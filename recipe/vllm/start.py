@@ -8,7 +8,8 @@ Foundry is configured by the environment (FOUNDRY_ARCHIVE, FOUNDRY_MODE), as for
 
 - ``ready_s``: process start (the kernel's start time of this process) to ``LLM(...)`` returning,
   ``init_s``: the ``LLM(...)`` call alone;
-- ``tokens``: greedy completions (temperature 0, ``--tokens`` tokens, ``--prompts`` prompts);
+- ``tokens``: greedy completions (temperature 0, ``--tokens`` tokens, ``--prompts`` prompts),
+  ``logprobs``: each chosen token's log-probability;
 - ``tpot_ms``: per batch size, the median over ``--reps`` of (time of a generate with N+1 tokens -
   time of one with 1 token) / N, i.e. the decode step time without the prefill; the samples
   themselves in ``tpot_samples_ms``;
@@ -26,6 +27,7 @@ import json
 import os
 import statistics
 import time
+from pathlib import Path
 
 
 def process_start_time() -> float:
@@ -38,8 +40,18 @@ def process_start_time() -> float:
     return time.time() - uptime + start_ticks / os.sysconf("SC_CLK_TCK")
 
 
+def load_format(model_dir: str) -> str:
+    """The folder's weights where it has some (recipe/random_weights.py), else vLLM's dummy ones."""
+    return "auto" if any(Path(model_dir).glob("*.safetensors")) else "dummy"
+
+
 def prompts(n: int, offset: int = 0) -> list[str]:
     return [f"hello world the model number {i + offset} said" for i in range(n)]
+
+
+def chosen_logprobs(completion) -> list[float]:
+    """The log-probability of each token a completion chose (vLLM's ``logprobs=0``)."""
+    return [step[token].logprob for token, step in zip(completion.token_ids, completion.logprobs)]
 
 
 def tpot_samples_ms(llm, batch: int, tokens: int, reps: int) -> list[float]:
@@ -125,7 +137,7 @@ def main() -> None:
         compilation["mode"] = 0  # CompilationMode.NONE: the model runs eagerly, vLLM's custom ops
     if args.sizes:
         compilation["cudagraph_capture_sizes"] = [int(s) for s in args.sizes.split()]
-    llm = LLM(model=args.model, load_format="dummy", attention_backend="FLASH_ATTN", seed=0,
+    llm = LLM(model=args.model, load_format=load_format(args.model), attention_backend="FLASH_ATTN", seed=0,
               max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
               enforce_eager=args.eager, compilation_config=None if args.eager else compilation,
               tensor_parallel_size=args.tp, disable_custom_all_reduce=args.tp > 1, enable_expert_parallel=args.ep)
@@ -133,9 +145,12 @@ def main() -> None:
     result: dict = {"ready_s": ready - process_start_time(), "init_s": ready - t0,
                     "foundry_mode": os.environ.get("FOUNDRY_MODE", "off"), "eager": args.eager,
                     "compile": not (args.eager or args.no_compile)}
+    # logprobs=0: each chosen token's log-probability comes back with it (the sampler computes it
+    # outside the graphs from the logits they wrote), so the starts are compared logit for logit.
     outs = llm.generate(prompts(args.prompts), SamplingParams(max_tokens=args.tokens, temperature=0.0,
-                                                              ignore_eos=True), use_tqdm=False)
+                                                              ignore_eos=True, logprobs=0), use_tqdm=False)
     result["tokens"] = [list(o.outputs[0].token_ids) for o in outs]
+    result["logprobs"] = [chosen_logprobs(o.outputs[0]) for o in outs]
     samples = {b: tpot_samples_ms(llm, int(b), args.tpot_tokens, args.reps) for b in args.tpot.split(",") if b.strip()}
     result["tpot_ms"] = {b: statistics.median(s) for b, s in samples.items()}
     result["tpot_samples_ms"] = samples

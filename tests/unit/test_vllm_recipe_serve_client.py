@@ -28,7 +28,10 @@ class _Completions(BaseHTTPRequestHandler):
         # Tokens that depend on the prompt, as a greedy model's would.
         seed = sum(body["prompt"].encode())
         tokens = [(seed + i) % 1000 for i in range(body["max_tokens"])]
-        data = json.dumps({"choices": [{"text": "x", "token_ids": tokens}]}).encode()
+        choice = {"text": "x", "token_ids": tokens}
+        if body.get("logprobs") is not None:  # vLLM's completions API: the chosen tokens' log-probabilities
+            choice["logprobs"] = {"token_logprobs": [-t / 997 for t in tokens]}
+        data = json.dumps({"choices": [choice]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -63,6 +66,7 @@ def test_tpot_is_the_extra_time_per_decode_step_without_the_prefill(server):
     assert [r["max_tokens"] for r in sent].count(1) == 8
     assert [r["max_tokens"] for r in sent].count(5) == 12
     assert all(r["temperature"] == 0.0 and r["ignore_eos"] for r in sent)
+    assert not any("logprobs" in r for r in sent)  # timed requests compute nothing extra
 
 
 def test_main_writes_tokens_ready_time_and_tpot(server, tmp_path, monkeypatch):
@@ -77,6 +81,10 @@ def test_main_writes_tokens_ready_time_and_tpot(server, tmp_path, monkeypatch):
     assert len(result["tokens"]) == client.PROMPTS
     assert all(len(t) == 3 for t in result["tokens"])
     assert result["tokens"][0] != result["tokens"][1]  # each prompt's own completion, in order
+    # Each chosen token's log-probability, in the order of its tokens.
+    assert result["logprobs"] == [[-t / 997 for t in tokens] for tokens in result["tokens"]]
+    completions = [r for r in _Completions.requests if r["max_tokens"] == 3]
+    assert len(completions) == client.PROMPTS and all(r["logprobs"] == 0 for r in completions)
     assert set(result["tpot_ms"]) == {"1", "2"}
     assert all(ms > 0 for ms in result["tpot_ms"].values())
 
