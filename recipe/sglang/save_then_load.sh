@@ -114,7 +114,7 @@ def generate(texts, max_new_tokens=tokens, logprobs=False):
         return json.load(r)
 
 # One batched request (decode batches up to the largest graph), then one prompt alone (batch 1).
-texts = [f"hello world the model number {i} said" for i in range(prompts)]
+texts = [f"hello world the model number {' '.join(str(i))} said" for i in range(prompts)]  # 0-9 are words, "12" is not
 # Each chosen token's log-probability too: SGLang computes it from the logits the graphs wrote.
 batched = generate(texts, logprobs=True)
 single = generate(texts[0], logprobs=True)

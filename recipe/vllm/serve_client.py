@@ -5,9 +5,10 @@ Usage: python serve_client.py PORT OUT.json TPOT READY_S
   READY_S  seconds from the server's start to /health 200 (written to OUT.json as ``ready_s``)
 
 Writes OUT.json with ``ready_s``, ``tokens`` (32 prompts, 64 tokens, temperature 0, the token ids
-when the server returns them), ``logprobs`` (each chosen token's log-probability) and, with TPOT, ``tpot_ms``: per batch size, the median over three
-rounds of (time of N concurrent requests of T+1 tokens - time of N requests of 1 token) / T, the
-decode step time without the prefill, HTTP included; the samples in ``tpot_samples_ms``. With data
+when the server returns them), ``logprobs`` (each chosen token's log-probability) and, with TPOT,
+``tpot_ms``: per batch size, the median over three rounds of (time of N concurrent requests of T+1
+tokens - time of N requests of 1 token) / T, the decode step time without the prefill, HTTP
+included; the samples in ``tpot_samples_ms``. With data
 parallel the server spreads the N requests over its replicas, in every start alike.
 """
 
@@ -43,7 +44,8 @@ def greedy_outputs(base: str) -> dict:
     ``tokens`` and ``logprobs``."""
     tokens, logprobs = [], []
     for i in range(PROMPTS):
-        choice = complete(base, f"hello world the model number {i} said", TOKENS, logprobs=True)
+        # Digits apart, as start.py's prompts: the tiny model's vocabulary knows 0-9, not "12".
+        choice = complete(base, f"hello world the model number {' '.join(str(i))} said", TOKENS, logprobs=True)
         tokens.append(choice.get("token_ids") or choice["text"])
         logprobs.append((choice.get("logprobs") or {}).get("token_logprobs"))
     return {"tokens": tokens, "logprobs": logprobs}
