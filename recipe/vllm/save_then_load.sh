@@ -12,7 +12,8 @@
 #      SIZES (default "1 2 4 8 16 32 64 128") capture sizes; MAX_MODEL_LEN (2048); PORT (8011);
 #      TP (1): tensor parallel size (NCCL all-reduce, custom all-reduce off; one archive per rank);
 #      DP (1): data parallel size of the serve starts (independent replicas; one archive per rank);
-#      TPOT: batch sizes to time decode at (e.g. 1,8,32,128; serve starts: over HTTP, serve_client.py);
+#      TPOT: batch sizes to time decode at (e.g. 1,8,32,128; serve starts: over HTTP, serve_client.py,
+#      with DP each replica on its own);
 #      CG_MODE: vLLM's CUDA-graph mode (default: vLLM's, FULL_AND_PIECEWISE);
 #      PYTHON (python3);
 #      VLLM_ENV: a file to source first (the GPU machine's pack: /tmp/site/vllm-env.sh);
@@ -77,7 +78,7 @@ run_serve() {  # NAME FOUNDRY_MODE
     --foundry-archive "$ARCHIVE" --foundry-mode "$2" --host 127.0.0.1 --port "$PORT" > "$OUT/$1.log" 2>&1 &
   pid=$!
   run_when_healthy "$PORT" "${SERVE_TIMEOUT:-600}" "$pid" "$t0" "vllm serve exited before /health answered" \
-    "timed out waiting for /health" "$PORT" "$OUT/$1.json" "${TPOT:-}" < "$HERE/serve_client.py" || rc=$?
+    "timed out waiting for /health" "$PORT" "$OUT/$1.json" "${TPOT:-}" "${DP:-1}" < "$HERE/serve_client.py" || rc=$?
   kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
   grep -E "foundry|Graph capturing finished" "$OUT/$1.log" || true
   [ "$rc" = 0 ] || { tail -n 60 "$OUT/$1.log"; exit "$rc"; }

@@ -23,6 +23,7 @@ class _Completions(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802 (http.server's name)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body["replica header"] = self.headers.get("X-data-parallel-rank")  # kept for the assertions
         type(self).requests.append(body)
         time.sleep(PREFILL_S + PER_TOKEN_S * body["max_tokens"])
         # Tokens that depend on the prompt, as a greedy model's would.
@@ -75,7 +76,7 @@ def test_main_writes_tokens_ready_time_and_tpot(server, tmp_path, monkeypatch):
     monkeypatch.setattr(client, "TPOT_TOKENS", 4)
     monkeypatch.setattr(client, "TPOT_REPS", 1)
     out = tmp_path / "start.json"
-    assert client.main([str(server), str(out), "1,2", "12.5"]) == 0
+    assert client.main([str(server), str(out), "1,2", "1", "12.5"]) == 0
     result = json.loads(out.read_text())
     assert result["ready_s"] == 12.5
     assert len(result["tokens"]) == client.PROMPTS
@@ -93,11 +94,32 @@ def test_main_without_tpot_writes_only_the_completions(server, tmp_path, monkeyp
     monkeypatch.setattr(client, "TOKENS", 2)
     monkeypatch.setattr(client, "PROMPTS", 4)
     out = tmp_path / "start.json"
-    assert client.main([str(server), str(out), "", "3.0"]) == 0
+    assert client.main([str(server), str(out), "", "1", "3.0"]) == 0
     result = json.loads(out.read_text())
     assert "tpot_ms" not in result and len(result["tokens"]) == client.PROMPTS
 
 
-def test_main_with_missing_arguments_prints_usage(capsys):
-    assert client.main(["8000", "out.json"]) == 2
-    assert "TPOT" in capsys.readouterr().err
+def test_main_with_replicas_times_each_replica_on_its_own(server, tmp_path, monkeypatch):
+    monkeypatch.setattr(client, "TOKENS", 2)
+    monkeypatch.setattr(client, "PROMPTS", 4)
+    monkeypatch.setattr(client, "TPOT_TOKENS", 4)
+    monkeypatch.setattr(client, "TPOT_REPS", 1)
+    out = tmp_path / "start.json"
+    assert client.main([str(server), str(out), "2", "2", "7.0"]) == 0
+    result = json.loads(out.read_text())
+    assert "tpot_ms" not in result  # left to the server, the split between replicas varies
+    assert set(result["tpot_ms_replica0"]) == set(result["tpot_ms_replica1"]) == {"2"}
+    sent = _Completions.requests
+    completions = [r for r in sent if r.get("logprobs") == 0]
+    assert len(completions) == 4 and all(r["replica header"] is None for r in completions)
+    timed = [r for r in sent if "logprobs" not in r]
+    # warm, then one round of 1 and 5 tokens: 2 requests each, 6 per replica, each pinned.
+    assert sorted(r["replica header"] for r in timed) == ["0"] * 6 + ["1"] * 6
+    assert client.tpot_line(result).startswith("replica0 b2=")
+
+
+@pytest.mark.parametrize("argv", [["8000", "out.json"], ["8000", "out.json", "1", "0", "3.0"],
+                                  ["8000", "out.json", "1", "two", "3.0"]])
+def test_main_with_missing_or_bad_arguments_prints_usage(capsys, argv):
+    assert client.main(argv) == 2
+    assert "REPLICAS" in capsys.readouterr().err
