@@ -44,13 +44,15 @@ def complete(base: str, prompt: str, max_tokens: int, logprobs: bool = False, re
         return json.load(response)["choices"][0]
 
 
-def greedy_outputs(base: str) -> dict:
+def greedy_outputs(base: str, replicas: int = 1) -> dict:
     """The completions of the recipe's prompts, one request at a time (the order is the prompts'):
-    ``tokens`` and ``logprobs``."""
+    ``tokens`` and ``logprobs``. With replicas, prompt i goes to replica i % replicas in every
+    start, so each replica's outputs are compared with the same replica's."""
     tokens, logprobs = [], []
     for i in range(PROMPTS):
         # Digits apart, as start.py's prompts: the tiny model's vocabulary knows 0-9, not "12".
-        choice = complete(base, f"hello world the model number {' '.join(str(i))} said", TOKENS, logprobs=True)
+        choice = complete(base, f"hello world the model number {' '.join(str(i))} said", TOKENS, logprobs=True,
+                          replica=i % replicas if replicas > 1 else None)
         tokens.append(choice.get("token_ids") or choice["text"])
         logprobs.append((choice.get("logprobs") or {}).get("token_logprobs"))
     return {"tokens": tokens, "logprobs": logprobs}
@@ -78,7 +80,7 @@ def tpot_samples_ms(base: str, batch: int, tokens: int, reps: int, replica: int 
 
 def measure(port: int, batches: list[int], replicas: int, ready_s: float) -> dict:
     base = f"http://127.0.0.1:{port}"
-    result: dict = {"ready_s": ready_s, **greedy_outputs(base)}
+    result: dict = {"ready_s": ready_s, **greedy_outputs(base, replicas)}
     targets = [(None, "")] if replicas == 1 else [(r, f"_replica{r}") for r in range(replicas)]
     for replica, suffix in targets if batches else []:
         samples = {str(b): tpot_samples_ms(base, b, TPOT_TOKENS, TPOT_REPS, replica) for b in batches}

@@ -86,6 +86,7 @@ def test_main_writes_tokens_ready_time_and_tpot(server, tmp_path, monkeypatch):
     assert result["logprobs"] == [[-t / 997 for t in tokens] for tokens in result["tokens"]]
     completions = [r for r in _Completions.requests if r["max_tokens"] == 3]
     assert len(completions) == client.PROMPTS and all(r["logprobs"] == 0 for r in completions)
+    assert all(r["replica header"] is None for r in _Completions.requests)  # one engine: no header
     assert set(result["tpot_ms"]) == {"1", "2"}
     assert all(ms > 0 for ms in result["tpot_ms"].values())
 
@@ -111,7 +112,7 @@ def test_main_with_replicas_times_each_replica_on_its_own(server, tmp_path, monk
     assert set(result["tpot_ms_replica0"]) == set(result["tpot_ms_replica1"]) == {"2"}
     sent = _Completions.requests
     completions = [r for r in sent if r.get("logprobs") == 0]
-    assert len(completions) == 4 and all(r["replica header"] is None for r in completions)
+    assert [r["replica header"] for r in completions] == ["0", "1", "0", "1"]  # prompt i on replica i % 2
     timed = [r for r in sent if "logprobs" not in r]
     # warm, then one round of 1 and 5 tokens: 2 requests each, 6 per replica, each pinned.
     assert sorted(r["replica header"] for r in timed) == ["0"] * 6 + ["1"] * 6
