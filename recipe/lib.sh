@@ -9,7 +9,8 @@ RECIPE_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # TINY_MODEL or the enginepack's tiny_model.py (beside the checkout or one level up); then, unless
 # WEIGHTS=dummy or the folder has weights, random weights of a normal scale (random_weights.py), so
 # that completions depend on the prompt and a wrong restore cannot hide behind the dummy weights'
-# one completion for every prompt.
+# one completion for every prompt. A model too large for them (the 8B shapes) keeps dummy weights,
+# with a line that says so; any other failure stops the recipe.
 ensure_tiny_model() {
   local model="$1" gen="${TINY_MODEL:-}" cand
   if [ ! -f "$model/config.json" ]; then
@@ -21,7 +22,13 @@ ensure_tiny_model() {
     "$PYTHON" "$gen" "$model"
   fi
   if [ "${WEIGHTS:-random}" != dummy ] && [ "$(load_format "$model")" = dummy ]; then
-    "$PYTHON" "$RECIPE_LIB_DIR/random_weights.py" "$model"
+    local rc=0
+    "$PYTHON" "$RECIPE_LIB_DIR/random_weights.py" "$model" || rc=$?
+    case $rc in
+      0) ;;
+      3) echo "$model: the engine's dummy weights (too large for random ones)" ;;
+      *) exit "$rc" ;;
+    esac
   fi
 }
 

@@ -8,8 +8,9 @@ read the wrong KV cache would still print it. Here every matrix is drawn from N(
 config's ``initializer_range`` and every norm weight is 1, as a freshly initialised model; its
 attention and MLP outputs dominate the residual, so completions and log-probabilities follow the
 context. Writes MODEL_DIR/model.safetensors (bfloat16) for the architectures the recipes use:
-Qwen3 and Llama (dense) and Qwen2-MoE. Refuses a model over ``--max-params`` (the 8B shapes keep
-their dummy weights: 16 GB of random numbers would measure nothing more).
+Qwen3 and Llama (dense) and Qwen2-MoE. Exit status 3, writing nothing, for a model over
+``--max-params`` (the 8B shapes keep their dummy weights: 16 GB of random numbers would measure
+nothing more); 2 for a config it does not cover.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 
 Shapes = dict[str, tuple[int, ...]]
+TOO_LARGE = 3  # exit status: over --max-params, nothing written
 
 
 def _attention(p: str, c: dict, bias: bool, qk_norm: bool) -> Shapes:
@@ -43,12 +45,11 @@ def _mlp(p: str, hidden: int, inner: int) -> Shapes:
 
 def _moe(p: str, c: dict) -> Shapes:
     hidden, experts = c["hidden_size"], c["num_experts"]
-    out = {f"{p}.gate.weight": (experts, hidden)}
+    out = {f"{p}.gate.weight": (experts, hidden), f"{p}.shared_expert_gate.weight": (1, hidden)}
     for e in range(experts):
         out.update(_mlp(f"{p}.experts.{e}", hidden, c["moe_intermediate_size"]))
     if c.get("shared_expert_intermediate_size"):
         out.update(_mlp(f"{p}.shared_expert", hidden, c["shared_expert_intermediate_size"]))
-        out[f"{p}.shared_expert_gate.weight"] = (1, hidden)
     return out
 
 
@@ -62,14 +63,15 @@ def weight_shapes(config: dict) -> Shapes:
     kind = config.get("model_type")
     if kind not in ("qwen3", "llama", "qwen2_moe"):
         raise ValueError(f"random weights cover qwen3, llama and qwen2_moe configs, not model_type {kind!r}")
+    if kind == "llama" and (config.get("attention_bias") or config.get("mlp_bias")):
+        raise ValueError("random weights cover Llama without attention_bias and mlp_bias")
     hidden, vocab = config["hidden_size"], config["vocab_size"]
     shapes: Shapes = {"model.embed_tokens.weight": (vocab, hidden)}
     for i in range(config["num_hidden_layers"]):
         p = f"model.layers.{i}"
         shapes[f"{p}.input_layernorm.weight"] = (hidden,)
         shapes[f"{p}.post_attention_layernorm.weight"] = (hidden,)
-        shapes.update(_attention(f"{p}.self_attn", config, bias=kind == "qwen2_moe" or config.get("attention_bias", False),
-                                 qk_norm=kind == "qwen3"))
+        shapes.update(_attention(f"{p}.self_attn", config, bias=kind == "qwen2_moe", qk_norm=kind == "qwen3"))
         if kind == "qwen2_moe" and _sparse(config, i):
             shapes.update(_moe(f"{p}.mlp", config))
         else:
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     if count > args.max_params:
         print(f"random_weights: {count:,} parameters is over --max-params {args.max_params:,}; "
               "keep the engine's dummy weights for this model", file=sys.stderr)
-        return 2
+        return TOO_LARGE
     write_safetensors(args.model_dir / "model.safetensors",
                       random_tensors(shapes, config.get("initializer_range", 0.02), args.seed))
     print(f"random_weights: {count:,} parameters (std {config.get('initializer_range', 0.02)}, seed {args.seed}) "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +28,25 @@ class Comparison:
 
 
 def _same_number(a, b) -> bool:
+    """Bit for bit: -0.0 is not 0.0; a NaN matches a NaN; None (no log-probability) only None."""
     if a is None or b is None:
         return a is b
-    return a == b or (math.isnan(a) and math.isnan(b))
+    return struct.pack("<d", a) == struct.pack("<d", b) or (math.isnan(a) and math.isnan(b))
+
+
+def _logprob_difference(ref: list | None, run: list | None) -> str | None:
+    """Where two lists of log-probabilities (or None: the start recorded none) first differ."""
+    if ref is None or run is None:
+        if ref is run:
+            return None
+        return "no log-probabilities" if run is None else "log-probabilities where the reference has none"
+    at = next((j for j, (x, y) in enumerate(zip(ref, run)) if not _same_number(x, y)), None)
+    if at is None and len(ref) != len(run):
+        at = min(len(ref), len(run))
+    if at is None:
+        return None
+    got, want = (run[at] if at < len(run) else "none"), (ref[at] if at < len(ref) else "none")
+    return f"token {at}: log-probability {got!r}, not {want!r}"
 
 
 def first_difference(ref: dict, run: dict, with_logprobs: bool) -> str | None:
@@ -44,14 +61,13 @@ def first_difference(ref: dict, run: dict, with_logprobs: bool) -> str | None:
             at = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             return f"completion {i}, token {at}: {b[at:at + 1]}, not {a[at:at + 1]}"
     if with_logprobs:
-        for i, (a, b) in enumerate(zip(ref["logprobs"], run["logprobs"])):
-            at = next((j for j, (x, y) in enumerate(zip(a, b)) if not _same_number(x, y)), None)
-            if at is None and len(a) != len(b):
-                at = min(len(a), len(b))
-            if at is not None:
-                got = b[at] if at < len(b) else "none"
-                want = a[at] if at < len(a) else "none"
-                return f"completion {i}, token {at}: log-probability {got!r}, not {want!r}"
+        ref_lp, run_lp = ref["logprobs"], run["logprobs"]
+        if len(ref_lp) != len(run_lp):
+            return f"log-probabilities of {len(run_lp)} completions, not {len(ref_lp)}"
+        for i, (a, b) in enumerate(zip(ref_lp, run_lp)):
+            why = _logprob_difference(a, b)
+            if why:
+                return f"completion {i}, {why}"
     return None
 
 

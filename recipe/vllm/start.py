@@ -46,8 +46,13 @@ def load_format(model_dir: str) -> str:
 
 
 def prompts(n: int, offset: int = 0) -> list[str]:
-    # Digits apart: the tiny model's word-level vocabulary knows 0-9, not "12", so each prompt differs.
-    return [f"hello world the model number {' '.join(str(i + offset))} said" for i in range(n)]
+    return [f"hello world the model number {i + offset} said" for i in range(n)]
+
+
+def completion_prompts(n: int) -> list[str]:
+    """The compared completions' prompts, digits apart: the tiny model's word-level vocabulary
+    knows 0-9, not "12", so each prompt is its own."""
+    return [f"hello world the model number {' '.join(str(i))} said" for i in range(n)]
 
 
 def chosen_logprobs(completion) -> list[float]:
@@ -148,7 +153,7 @@ def main() -> None:
                     "compile": not (args.eager or args.no_compile)}
     # logprobs=0: each chosen token's log-probability comes back with it (the sampler computes it
     # outside the graphs from all the logits they wrote), so a change in the logits shows.
-    outs = llm.generate(prompts(args.prompts), SamplingParams(max_tokens=args.tokens, temperature=0.0,
+    outs = llm.generate(completion_prompts(args.prompts), SamplingParams(max_tokens=args.tokens, temperature=0.0,
                                                               ignore_eos=True, logprobs=0), use_tqdm=False)
     result["tokens"] = [list(o.outputs[0].token_ids) for o in outs]
     result["logprobs"] = [chosen_logprobs(o.outputs[0]) for o in outs]

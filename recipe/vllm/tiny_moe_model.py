@@ -1,4 +1,4 @@
-"""Write a tiny mixture-of-experts model folder (Qwen2-MoE architecture) for ``--load-format dummy``.
+"""Write a tiny mixture-of-experts model folder (Qwen2-MoE architecture), its config without weights.
 
 Usage: python tiny_moe_model.py OUT_DIR TOKENIZER_DIR
 
@@ -6,8 +6,8 @@ TOKENIZER_DIR is a tiny Qwen3-style model folder (``tiny_model.py``'s, vocabular
 tokenizer and generation files are copied, and ``config.json`` is a ``Qwen2MoeForCausalLM``
 (hidden 1024, 8 layers, 16 heads of 64, 8 KV heads, 8 experts of 512 with 2 per token, a shared
 expert of 1024, vocabulary 32000). vLLM 0.25 runs this architecture on its V2 model runner by
-default (``DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES``); it has no weights: vLLM's dummy loader fills
-them from the seed.
+default (``DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES``). No weights are written here: ``random_weights.py``
+(beside the recipes) adds random ones, or vLLM's dummy loader fills them (``--load-format dummy``).
 """
 
 from __future__ import annotations

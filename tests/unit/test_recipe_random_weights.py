@@ -68,6 +68,11 @@ def test_written_weights_are_normal_scale_matrices_and_unit_norms(tmp_path):
     assert random_weights.main([str(tmp_path), "--seed", "3"]) == 0
     tensors = read_safetensors(tmp_path / "model.safetensors")
     assert set(tensors) == set(random_weights.weight_shapes(QWEN3))
+    if importlib.util.find_spec("safetensors"):  # the format's own parser agrees
+        from safetensors import safe_open
+
+        with safe_open(str(tmp_path / "model.safetensors"), "np") as f:
+            assert set(f.keys()) == set(tensors)
     assert np.all(tensors["model.norm.weight"] == 1.0)
     matrix = tensors["model.layers.1.mlp.gate_proj.weight"]
     assert abs(float(matrix.std()) - 0.02) < 0.001 and abs(float(matrix.mean())) < 0.001
@@ -87,14 +92,39 @@ def test_bfloat16_rounds_to_nearest_even():
     assert list(random_weights.to_bfloat16(above)) == [0x3F81, 0xC000]
 
 
-@pytest.mark.parametrize("config, message", [
-    ({**QWEN3, "model_type": "gpt2"}, "not model_type 'gpt2'"),
+@pytest.mark.parametrize("config, status, message", [
+    ({**QWEN3, "model_type": "gpt2"}, 2, "not model_type 'gpt2'"),
+    ({**QWEN3, "model_type": "llama", "attention_bias": True}, 2, "without attention_bias"),
     ({**QWEN3, "hidden_size": 4096, "num_hidden_layers": 36, "vocab_size": 151936, "intermediate_size": 12288,
-      "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128}, "is over --max-params"),
+      "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128}, 3, "is over --max-params"),
 ])
-def test_refused_configs_write_nothing_and_say_why(tmp_path, config, message):
+def test_refused_configs_write_nothing_and_say_why(tmp_path, config, status, message):
     (tmp_path / "config.json").write_text(json.dumps(config))
     done = subprocess.run([sys.executable, str(ROOT / "recipe" / "random_weights.py"), str(tmp_path)],
                           capture_output=True, text=True)
-    assert done.returncode == 2 and message in done.stderr
+    assert done.returncode == status and message in done.stderr
     assert not (tmp_path / "model.safetensors").exists()
+
+
+def _ensure_tiny_model(model: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", 'source recipe/lib.sh; ensure_tiny_model "$1"; echo "format $(load_format "$1")"',
+                           "ensure", str(model)], cwd=ROOT, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, **env})
+
+
+def test_recipe_writes_weights_unless_told_not_to_or_the_model_is_too_large(tmp_path):
+    small, large, dummy = tmp_path / "small", tmp_path / "large", tmp_path / "dummy"
+    for folder, config in ((small, QWEN3), (large, {**QWEN3, "hidden_size": 4096, "num_hidden_layers": 36,
+                                                     "vocab_size": 151936, "intermediate_size": 12288,
+                                                     "num_attention_heads": 32, "head_dim": 128}), (dummy, QWEN3)):
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config))
+    done = _ensure_tiny_model(small)
+    assert done.returncode == 0 and done.stdout.strip().endswith("format auto")
+    done = _ensure_tiny_model(large)
+    assert done.returncode == 0 and "too large for random ones" in done.stdout and done.stdout.strip().endswith("format dummy")
+    done = _ensure_tiny_model(dummy, WEIGHTS="dummy")
+    assert done.returncode == 0 and done.stdout.strip() == "format dummy"
+    (dummy / "config.json").write_text(json.dumps({**QWEN3, "model_type": "gpt2"}))
+    done = _ensure_tiny_model(dummy)
+    assert done.returncode == 2 and "format" not in done.stdout  # the recipe stops

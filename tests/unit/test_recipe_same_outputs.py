@@ -20,7 +20,7 @@ LOGPROBS = [[-0.5, -1.25, -2.0], [-0.75, -0.125, -3.5], [-0.5, -1.25, -2.0]]
 def run(tokens=TOKENS, logprobs=LOGPROBS) -> dict:
     out = {"ready_s": 1.0, "tokens": [t if isinstance(t, str) else list(t) for t in tokens]}
     if logprobs is not None:
-        out["logprobs"] = [list(x) for x in logprobs]
+        out["logprobs"] = [None if x is None else list(x) for x in logprobs]
     return out
 
 
@@ -42,8 +42,23 @@ def test_a_logprob_one_ulp_away_is_a_difference_with_its_place():
 def test_a_different_token_is_named_before_the_logprobs():
     tokens = [list(t) for t in TOKENS]
     tokens[2][1] = 99
-    why = same_outputs.compare("a", {"a": run(), "b": run(tokens=tokens)}).differences["b"]
+    lp = [list(x) for x in LOGPROBS]
+    lp[0][0] = -0.25  # an earlier completion's log-probability differs too
+    why = same_outputs.compare("a", {"a": run(), "b": run(tokens=tokens, logprobs=lp)}).differences["b"]
     assert why == "completion 2, token 1: [99], not [6]"
+
+
+def test_signed_zero_missing_and_fewer_logprob_lists_are_differences():
+    zero = [[0.0, -1.25, -2.0]] + LOGPROBS[1:]
+    negative_zero = [[-0.0, -1.25, -2.0]] + LOGPROBS[1:]
+    assert "token 0: log-probability -0.0, not 0.0" in \
+        same_outputs.compare("a", {"a": run(logprobs=zero), "b": run(logprobs=negative_zero)}).differences["b"]
+    missing = [None] + LOGPROBS[1:]  # the server returned none for the first completion
+    assert same_outputs.compare("a", {"a": run(), "b": run(logprobs=missing)}).differences["b"] == \
+        "completion 0, no log-probabilities"
+    assert same_outputs.compare("a", {"a": run(logprobs=missing), "b": run(logprobs=missing)}).differences == {}
+    assert same_outputs.compare("a", {"a": run(), "b": run(logprobs=LOGPROBS[:2])}).differences["b"] == \
+        "log-probabilities of 2 completions, not 3"
 
 
 def test_a_shorter_completion_and_a_missing_one_are_differences():

@@ -59,9 +59,10 @@ def test_tpot_is_the_extra_time_per_decode_step_without_the_prefill(server):
     assert len(samples) == 2
     # 10 ms per token by construction; the fixed 100 ms "prefill" cancels out. Dividing by the
     # 5 tokens of the long requests would give 8 ms, leaving the prefill in 37.5 ms, and sending
-    # the 4 requests one after another 40 ms.
+    # the 4 requests one after another 40 ms. (Sleeps only overshoot: a busy host moves the
+    # result up, never down to 8 ms.)
     for ms in samples:
-        assert 9.0 <= ms <= 12.5, samples
+        assert 9.0 <= ms <= 20.0, samples
     sent = _Completions.requests
     # warm (4 x 5 tokens), then per round 4 x 1 token and 4 x 5 tokens, all greedy.
     assert [r["max_tokens"] for r in sent].count(1) == 8
