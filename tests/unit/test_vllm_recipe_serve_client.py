@@ -71,14 +71,16 @@ def test_tpot_is_the_extra_time_per_decode_step_without_the_prefill(server):
     assert not any("logprobs" in r for r in sent)  # timed requests compute nothing extra
 
 
+def _run_main(monkeypatch, out: Path, port: int, tpot: str, replicas: str, tokens: int, prompts: int) -> dict:
+    """serve_client.main on a short run (few prompts and tokens, one round of 4 timed tokens)."""
+    for name, value in (("TOKENS", tokens), ("PROMPTS", prompts), ("TPOT_TOKENS", 4), ("TPOT_REPS", 1)):
+        monkeypatch.setattr(client, name, value)
+    assert client.main([str(port), str(out), tpot, replicas, "12.5"]) == 0
+    return json.loads(out.read_text())
+
+
 def test_main_writes_tokens_ready_time_and_tpot(server, tmp_path, monkeypatch):
-    monkeypatch.setattr(client, "TOKENS", 3)
-    monkeypatch.setattr(client, "PROMPTS", 8)
-    monkeypatch.setattr(client, "TPOT_TOKENS", 4)
-    monkeypatch.setattr(client, "TPOT_REPS", 1)
-    out = tmp_path / "start.json"
-    assert client.main([str(server), str(out), "1,2", "1", "12.5"]) == 0
-    result = json.loads(out.read_text())
+    result = _run_main(monkeypatch, tmp_path / "start.json", server, "1,2", "1", tokens=3, prompts=8)
     assert result["ready_s"] == 12.5
     assert len(result["tokens"]) == client.PROMPTS
     assert all(len(t) == 3 for t in result["tokens"])
@@ -93,22 +95,12 @@ def test_main_writes_tokens_ready_time_and_tpot(server, tmp_path, monkeypatch):
 
 
 def test_main_without_tpot_writes_only_the_completions(server, tmp_path, monkeypatch):
-    monkeypatch.setattr(client, "TOKENS", 2)
-    monkeypatch.setattr(client, "PROMPTS", 4)
-    out = tmp_path / "start.json"
-    assert client.main([str(server), str(out), "", "1", "3.0"]) == 0
-    result = json.loads(out.read_text())
+    result = _run_main(monkeypatch, tmp_path / "start.json", server, "", "1", tokens=2, prompts=4)
     assert "tpot_ms" not in result and len(result["tokens"]) == client.PROMPTS
 
 
 def test_main_with_replicas_times_each_replica_on_its_own(server, tmp_path, monkeypatch):
-    monkeypatch.setattr(client, "TOKENS", 2)
-    monkeypatch.setattr(client, "PROMPTS", 4)
-    monkeypatch.setattr(client, "TPOT_TOKENS", 4)
-    monkeypatch.setattr(client, "TPOT_REPS", 1)
-    out = tmp_path / "start.json"
-    assert client.main([str(server), str(out), "2", "2", "7.0"]) == 0
-    result = json.loads(out.read_text())
+    result = _run_main(monkeypatch, tmp_path / "start.json", server, "2", "2", tokens=2, prompts=4)
     assert "tpot_ms" not in result  # left to the server, the split between replicas varies
     assert set(result["tpot_ms_replica0"]) == set(result["tpot_ms_replica1"]) == {"2"}
     sent = _Completions.requests
