@@ -12,6 +12,8 @@
 #      SIZES (default "1 2 4 8 16 32 64 128") capture sizes; MAX_MODEL_LEN (2048); PORT (8011);
 #      TP (1): tensor parallel size (NCCL all-reduce, custom all-reduce off; one archive per rank);
 #      DP (1): data parallel size of the serve starts (independent replicas; one archive per rank);
+#      EP=1: --enable-expert-parallel (a mixture-of-experts model; with DP, its replicas share one
+#      world, which the plugin runs only with FOUNDRY_VLLM_MOE_DATA_PARALLEL=1);
 #      TPOT: batch sizes to time decode at (e.g. 1,8,32,128; serve starts: over HTTP, serve_client.py,
 #      with DP each replica on its own);
 #      CG_MODE: vLLM's CUDA-graph mode (default: vLLM's, FULL_AND_PIECEWISE);
@@ -52,6 +54,7 @@ CG_MODE="${CG_MODE:-}"
 PARALLEL=()
 [ "${TP:-1}" = 1 ] || PARALLEL+=( --tensor-parallel-size "$TP" --disable-custom-all-reduce )
 [ "${DP:-1}" = 1 ] || PARALLEL+=( --data-parallel-size "$DP" )
+[ "${EP:-0}" = 1 ] && PARALLEL+=( --enable-expert-parallel )
 
 ensure_tiny_model "$MODEL"
 rm -rf "$ARCHIVE"
@@ -61,7 +64,7 @@ run_llm() {  # NAME FOUNDRY_MODE
   echo "=== $1: LLM(...) with FOUNDRY_MODE=$2"
   FOUNDRY_ARCHIVE="$ARCHIVE" FOUNDRY_MODE="$2" "$PYTHON" "$HERE/start.py" "$MODEL" "$OUT/$1.json" \
     --sizes "$SIZES" --max-model-len "$MAX_MODEL_LEN" --tp "${TP:-1}" --tpot "${TPOT:-}" --cudagraph-mode "$CG_MODE" \
-    > "$OUT/$1.log" 2>&1 \
+    $([ "${EP:-0}" = 1 ] && echo --ep) > "$OUT/$1.log" 2>&1 \
     || { tail -n 60 "$OUT/$1.log"; exit 1; }
   grep -E "foundry|ready |Graph capturing finished|init engine" "$OUT/$1.log" || true
 }

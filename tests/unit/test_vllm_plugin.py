@@ -714,6 +714,21 @@ def test_data_parallel_of_dense_models_on_one_node_through_vllms_launcher_only(m
     assert any("nnodes=2" in p for p in problems) and not any("expert" in p for p in problems)
 
 
+def test_mixture_of_experts_replicas_only_when_asked_and_only_through_nccl(monkeypatch):
+    moe_dp = {"parallel_config.data_parallel_size": 2, "parallel_config.enable_expert_parallel": True}
+    (refused,) = modes.unsupported_settings(fake_config(**moe_dp))
+    assert "FOUNDRY_VLLM_MOE_DATA_PARALLEL=1" in refused
+    monkeypatch.setenv("FOUNDRY_VLLM_MOE_DATA_PARALLEL", "1")
+    assert modes.unsupported_settings(fake_config(**moe_dp)) == []  # the default all-gather/reduce-scatter backend
+    assert modes.unsupported_settings(fake_config(**{"parallel_config.data_parallel_size": 2})) == []  # experts sliced
+    (deepep,) = modes.unsupported_settings(fake_config(**moe_dp, **{"parallel_config.all2all_backend": "deepep_low_latency"}))
+    assert "all2all_backend='deepep_low_latency'" in deepep and "allgather_reducescatter" in deepep
+    (elastic,) = modes.unsupported_settings(fake_config(**moe_dp, **{"parallel_config.enable_elastic_ep": True}))
+    assert "enable_elastic_ep" in elastic
+    monkeypatch.setenv("FOUNDRY_VLLM_MOE_DATA_PARALLEL", "yes")  # only "1" asks
+    assert len(modes.unsupported_settings(fake_config(**moe_dp))) == 1
+
+
 def test_expert_parallel_over_the_tensor_parallel_group_is_accepted_but_never_with_load_balancing():
     ep = {"parallel_config.enable_expert_parallel": True, "parallel_config.tensor_parallel_size": 2}
     assert modes.unsupported_settings(fake_config(**ep)) == []
@@ -1321,6 +1336,25 @@ def test_dense_replica_owns_its_global_rank_and_agrees_alone(worker_env, fake_vl
     log, session, *_ = worker_env("load", state=state, archive_names=names, config=replica1)
     assert started == [1] and session.mode is Mode.LOAD and not _fallbacks(log)
     assert tp_peer["calls"] == []  # its world is its own: no collective meets the other replica
+
+
+def test_moe_replica_when_asked_owns_its_global_rank_and_agrees_with_the_other_replica(worker_env, fake_vllm,
+                                                                                        tp_peer, monkeypatch):
+    worker_env("save")
+    names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
+    cg = fake_vllm["vllm.v1.worker.gpu.cudagraph_utils"]
+    started = []
+    start = runtime.start
+    monkeypatch.setattr(runtime, "start", lambda cfg, rank, **kw: started.append(rank) or start(cfg, rank, **kw))
+    monkeypatch.setenv("FOUNDRY_VLLM_MOE_DATA_PARALLEL", "1")
+    # What vLLM 0.25 hands replica 1 of a MoE model: data parallel size 2 and rank 1 kept, one world.
+    replica1 = fake_config(**{"compilation_config.cudagraph_mode": cg.CUDAGraphMode.FULL_DECODE_ONLY,
+                              "parallel_config.data_parallel_size": 2, "parallel_config.data_parallel_rank": 1,
+                              "parallel_config.enable_expert_parallel": True})
+    log, session, *_ = worker_env("load", state=state, archive_names=names, config=replica1)
+    assert started == [1] and session.mode is Mode.LOAD and not _fallbacks(log)
+    # The replicas share collectives inside the graphs: every LOAD decision is the world's.
+    assert tp_peer["calls"] and all(group == "world" for _, group in tp_peer["calls"])
 
 
 def test_unsupported_configuration_is_refused_before_the_device(worker_env, fake_vllm):
