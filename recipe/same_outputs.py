@@ -4,9 +4,10 @@ Usage: python same_outputs.py REFERENCE.json RUN.json...   (exit 1 if any run di
 
 Each JSON holds ``tokens`` (one list of token ids, or the text, per prompt) and, when the start
 recorded them, ``logprobs`` (the log-probability of each chosen token, per prompt). Equal tokens
-alone say little when every prompt gets the same completion (an engine's dummy weights); equal
-log-probabilities show that every logit the graphs computed came out the same. The summary says
-which were compared and how many of the reference's completions are distinct.
+alone say little when every prompt gets the same completion (an engine's dummy weights); a
+log-probability depends on all of its step's logits (through the normalisation), so equal ones at
+every step leave a difference in what the graphs computed little room. The summary says which were
+compared and how many of the reference's completions are distinct.
 """
 
 from __future__ import annotations
