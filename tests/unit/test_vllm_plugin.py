@@ -1322,36 +1322,35 @@ def test_mixture_of_experts_replicas_are_refused_before_the_device(worker_env, f
     assert "set_device" not in cg.LOG
 
 
-def test_dense_replica_owns_its_global_rank_and_agrees_alone(worker_env, fake_vllm, tp_peer, monkeypatch):
+def _load_as_replica(worker_env, fake_vllm, monkeypatch, **parallel) -> tuple[list, Any, Any]:
+    """A SAVE on one GPU, then a LOAD of its archive by a worker whose parallel config holds
+    ``parallel``; (the ranks runtime.start got, the LOAD's log, its session)."""
     worker_env("save")
     names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
     cg = fake_vllm["vllm.v1.worker.gpu.cudagraph_utils"]
     started = []
     start = runtime.start
     monkeypatch.setattr(runtime, "start", lambda cfg, rank, **kw: started.append(rank) or start(cfg, rank, **kw))
+    replica = fake_config(**{"compilation_config.cudagraph_mode": cg.CUDAGraphMode.FULL_DECODE_ONLY,
+                             **{f"parallel_config.{k}": v for k, v in parallel.items()}})
+    log, session, *_ = worker_env("load", state=state, archive_names=names, config=replica)
+    return started, log, session
+
+
+def test_dense_replica_owns_its_global_rank_and_agrees_alone(worker_env, fake_vllm, tp_peer, monkeypatch):
     monkeypatch.setenv("FOUNDRY_VLLM_DP_SIZE", "2")  # exported by `vllm serve --data-parallel-size 2`
     # What vLLM 0.25 hands replica 1 of a dense model: data parallel size 1, rank 0, index 1.
-    replica1 = fake_config(**{"compilation_config.cudagraph_mode": cg.CUDAGraphMode.FULL_DECODE_ONLY,
-                              "parallel_config.data_parallel_index": 1})
-    log, session, *_ = worker_env("load", state=state, archive_names=names, config=replica1)
+    started, log, session = _load_as_replica(worker_env, fake_vllm, monkeypatch, data_parallel_index=1)
     assert started == [1] and session.mode is Mode.LOAD and not _fallbacks(log)
     assert tp_peer["calls"] == []  # its world is its own: no collective meets the other replica
 
 
 def test_moe_replica_when_asked_owns_its_global_rank_and_agrees_with_the_other_replica(worker_env, fake_vllm,
                                                                                         tp_peer, monkeypatch):
-    worker_env("save")
-    names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
-    cg = fake_vllm["vllm.v1.worker.gpu.cudagraph_utils"]
-    started = []
-    start = runtime.start
-    monkeypatch.setattr(runtime, "start", lambda cfg, rank, **kw: started.append(rank) or start(cfg, rank, **kw))
     monkeypatch.setenv("FOUNDRY_VLLM_MOE_DATA_PARALLEL", "1")
     # What vLLM 0.25 hands replica 1 of a MoE model: data parallel size 2 and rank 1 kept, one world.
-    replica1 = fake_config(**{"compilation_config.cudagraph_mode": cg.CUDAGraphMode.FULL_DECODE_ONLY,
-                              "parallel_config.data_parallel_size": 2, "parallel_config.data_parallel_rank": 1,
-                              "parallel_config.enable_expert_parallel": True})
-    log, session, *_ = worker_env("load", state=state, archive_names=names, config=replica1)
+    started, log, session = _load_as_replica(worker_env, fake_vllm, monkeypatch, data_parallel_size=2,
+                                             data_parallel_rank=1, enable_expert_parallel=True)
     assert started == [1] and session.mode is Mode.LOAD and not _fallbacks(log)
     # The replicas share collectives inside the graphs: every LOAD decision is the world's.
     assert tp_peer["calls"] and all(group == "world" for _, group in tp_peer["calls"])
