@@ -21,15 +21,21 @@ ensure_tiny_model() {
     [ -n "$gen" ] || { echo "tiny_model.py not found; set TINY_MODEL" >&2; exit 1; }
     "$PYTHON" "$gen" "$model"
   fi
-  if [ "${WEIGHTS:-random}" != dummy ] && [ "$(load_format "$model")" = dummy ]; then
-    local rc=0
-    "$PYTHON" "$RECIPE_LIB_DIR/random_weights.py" "$model" || rc=$?
-    case $rc in
-      0) ;;
-      3) echo "$model: the engine's dummy weights (too large for random ones)" ;;
-      *) exit "$rc" ;;
-    esac
-  fi
+  ensure_weights "$model" || exit
+}
+
+# ensure_weights MODEL_DIR: random weights (random_weights.py) for a folder without any, unless
+# WEIGHTS=dummy; a model too large for them keeps the engine's dummy weights with a line saying so.
+# Returns random_weights.py's status on any other failure.
+ensure_weights() {
+  [ "${WEIGHTS:-random}" != dummy ] && [ "$(load_format "$1")" = dummy ] || return 0
+  local rc=0
+  "$PYTHON" "$RECIPE_LIB_DIR/random_weights.py" "$1" || rc=$?
+  case $rc in
+    0) ;;
+    3) echo "$1: the engine's dummy weights (too large for random ones)" ;;
+    *) return "$rc" ;;
+  esac
 }
 
 # load_format MODEL_DIR: "auto" when the folder holds weights (*.safetensors), else "dummy" (the
