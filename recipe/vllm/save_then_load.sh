@@ -13,7 +13,7 @@
 #      TP (1): tensor parallel size (NCCL all-reduce, custom all-reduce off; one archive per rank);
 #      DP (1): data parallel size of the serve starts (independent replicas; one archive per rank);
 #      EP=1: --enable-expert-parallel (a mixture-of-experts model; with DP, its replicas share one
-#      world, which the plugin runs only with FOUNDRY_VLLM_MOE_DATA_PARALLEL=1);
+#      world and exchange tokens through NCCL inside the graphs);
 #      TPOT: batch sizes to time decode at (e.g. 1,8,32,128; serve starts: over HTTP, serve_client.py,
 #      with DP each replica on its own);
 #      CG_MODE: vLLM's CUDA-graph mode (default: vLLM's, FULL_AND_PIECEWISE);

@@ -699,9 +699,8 @@ def test_data_parallel_of_dense_models_on_one_node_through_vllms_launcher_only(m
     dense_replica = fake_config(**{"parallel_config.data_parallel_index": 1})  # what vLLM gives a dense replica
     monkeypatch.setenv("FOUNDRY_VLLM_DP_SIZE", "2")
     assert modes.unsupported_settings(dense_replica) == []
-    # A MoE replica keeps data_parallel_size > 1 inside its engine: refused until it has run.
-    moe = modes.unsupported_settings(fake_config(**{"parallel_config.data_parallel_size": 2}))
-    assert len(moe) == 1 and "mixture-of-experts" in moe[0]
+    # A MoE replica keeps data_parallel_size > 1 inside its engine: its default backend is supported.
+    assert modes.unsupported_settings(fake_config(**{"parallel_config.data_parallel_size": 2})) == []
     monkeypatch.setenv("FOUNDRY_VLLM_DP_BACKEND", "ray")
     ray = modes.unsupported_settings(dense_replica)
     assert len(ray) == 1 and "data parallel through 'ray'" in ray[0]
@@ -714,19 +713,14 @@ def test_data_parallel_of_dense_models_on_one_node_through_vllms_launcher_only(m
     assert any("nnodes=2" in p for p in problems) and not any("expert" in p for p in problems)
 
 
-def test_mixture_of_experts_replicas_only_when_asked_and_only_through_nccl(monkeypatch):
+def test_mixture_of_experts_replicas_only_through_nccl():
     moe_dp = {"parallel_config.data_parallel_size": 2, "parallel_config.enable_expert_parallel": True}
-    (refused,) = modes.unsupported_settings(fake_config(**moe_dp))
-    assert "FOUNDRY_VLLM_MOE_DATA_PARALLEL=1" in refused
-    monkeypatch.setenv("FOUNDRY_VLLM_MOE_DATA_PARALLEL", "1")
     assert modes.unsupported_settings(fake_config(**moe_dp)) == []  # the default all-gather/reduce-scatter backend
     assert modes.unsupported_settings(fake_config(**{"parallel_config.data_parallel_size": 2})) == []  # experts sliced
     (deepep,) = modes.unsupported_settings(fake_config(**moe_dp, **{"parallel_config.all2all_backend": "deepep_low_latency"}))
     assert "all2all_backend='deepep_low_latency'" in deepep and "allgather_reducescatter" in deepep
     (elastic,) = modes.unsupported_settings(fake_config(**moe_dp, **{"parallel_config.enable_elastic_ep": True}))
     assert "enable_elastic_ep" in elastic
-    monkeypatch.setenv("FOUNDRY_VLLM_MOE_DATA_PARALLEL", "yes")  # only "1" asks
-    assert len(modes.unsupported_settings(fake_config(**moe_dp))) == 1
 
 
 def test_expert_parallel_over_the_tensor_parallel_group_is_accepted_but_never_with_load_balancing():
@@ -734,9 +728,11 @@ def test_expert_parallel_over_the_tensor_parallel_group_is_accepted_but_never_wi
     assert modes.unsupported_settings(fake_config(**ep)) == []
     (eplb,) = modes.unsupported_settings(fake_config(**ep, **{"parallel_config.enable_eplb": True}))
     assert "enable_eplb" in eplb
-    # With data parallel the experts are exchanged through all-to-all kernels: still refused.
-    with_dp = modes.unsupported_settings(fake_config(**ep, **{"parallel_config.data_parallel_size": 2}))
-    assert len(with_dp) == 1 and "mixture-of-experts" in with_dp[0]
+    # With data parallel the experts are exchanged by an all-to-all backend: NCCL's is supported, DeepEP is not.
+    assert modes.unsupported_settings(fake_config(**ep, **{"parallel_config.data_parallel_size": 2})) == []
+    (deepep,) = modes.unsupported_settings(fake_config(**ep, **{"parallel_config.data_parallel_size": 2,
+                                                                "parallel_config.all2all_backend": "deepep_high_throughput"}))
+    assert "deepep_high_throughput" in deepep
 
 
 @pytest.mark.parametrize(("tp", "dp", "dp_rank", "backend", "rank", "expected"), [
@@ -1313,11 +1309,12 @@ def test_a_rank_that_fell_back_before_the_memory_agreement_still_answers(worker_
     assert tp_peer["calls"] == [(0, "world"), (0, "world")] and "profile_run" in log and "save" in log
 
 
-def test_mixture_of_experts_replicas_are_refused_before_the_device(worker_env, fake_vllm):
+def test_mixture_of_experts_replicas_through_deepep_are_refused_before_the_device(worker_env, fake_vllm):
     cg = fake_vllm["vllm.v1.worker.gpu.cudagraph_utils"]
     replica1 = fake_config(**{"compilation_config.cudagraph_mode": cg.CUDAGraphMode.FULL_DECODE_ONLY,
-                              "parallel_config.data_parallel_size": 2, "parallel_config.data_parallel_rank": 1})
-    with pytest.raises(modes.UnsupportedConfigError, match="mixture-of-experts"):
+                              "parallel_config.data_parallel_size": 2, "parallel_config.data_parallel_rank": 1,
+                              "parallel_config.all2all_backend": "deepep_low_latency"})
+    with pytest.raises(modes.UnsupportedConfigError, match="all2all_backend='deepep_low_latency'"):
         worker_env("save", config=replica1)
     assert "set_device" not in cg.LOG
 
@@ -1345,9 +1342,8 @@ def test_dense_replica_owns_its_global_rank_and_agrees_alone(worker_env, fake_vl
     assert tp_peer["calls"] == []  # its world is its own: no collective meets the other replica
 
 
-def test_moe_replica_when_asked_owns_its_global_rank_and_agrees_with_the_other_replica(worker_env, fake_vllm,
-                                                                                        tp_peer, monkeypatch):
-    monkeypatch.setenv("FOUNDRY_VLLM_MOE_DATA_PARALLEL", "1")
+def test_moe_replica_owns_its_global_rank_and_agrees_with_the_other_replica(worker_env, fake_vllm, tp_peer,
+                                                                           monkeypatch):
     # What vLLM 0.25 hands replica 1 of a MoE model: data parallel size 2 and rank 1 kept, one world.
     started, log, session = _load_as_replica(worker_env, fake_vllm, monkeypatch, data_parallel_size=2,
                                              data_parallel_rank=1, enable_expert_parallel=True)

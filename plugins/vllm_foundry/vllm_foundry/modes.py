@@ -137,7 +137,7 @@ def parallel_problems(vllm_config: Any) -> list[str]:
     """Tensor parallel (NCCL all-reduce inside the graphs), expert parallel over the
     tensor-parallel group (data parallel 1, no expert load balancing) and data parallel of dense
     models (independent replicas, one archive per rank, started by `vllm serve`) are supported;
-    mixture-of-experts replicas only behind FOUNDRY_VLLM_MOE_DATA_PARALLEL=1 (ranks.py);
+    mixture-of-experts replicas through NCCL's all-gather/reduce-scatter backend (ranks.py);
     pipeline parallel, multi-node and Ray are not."""
     problems = []
     pp = config_value(vllm_config, "parallel_config", "pipeline_parallel_size", default=1)
@@ -157,8 +157,8 @@ def expert_parallel_problems(vllm_config: Any) -> list[str]:
     """Expert parallel over the tensor-parallel group (data parallel 1: each rank holds some of the
     experts and the layer's output is all-reduced, the collectives of tensor parallel; vLLM uses
     no all-to-all kernel without data parallel) is supported. With data parallel, ranks.py decides
-    (NCCL's all-gather and reduce-scatter backend behind FOUNDRY_VLLM_MOE_DATA_PARALLEL=1; DeepEP
-    and the other kernel backends refused, DeepEP designed in docs/multi-gpu.md); expert load
+    (NCCL's all-gather and reduce-scatter backend supported; DeepEP and the other kernel backends
+    refused, DeepEP designed in docs/multi-gpu.md); expert load
     balancing moves experts while serving."""
     if config_value(vllm_config, "parallel_config", "enable_eplb", default=False):
         return ["expert load balancing (enable_eplb) is not supported (it moves experts between ranks while serving)"]

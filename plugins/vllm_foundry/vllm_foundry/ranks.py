@@ -34,7 +34,6 @@ from foundry_core.errors import InvalidArgumentError, StateError
 
 from vllm_foundry import modes, patching, seams
 
-MOE_DP_ENV = "FOUNDRY_VLLM_MOE_DATA_PARALLEL"  # "1": try a mixture-of-experts model's replicas (not yet run)
 MOE_DP_BACKENDS = ("allgather_reducescatter",)  # all-to-all through NCCL collectives, which LOAD re-makes
 DP_SIZE_ENV = "FOUNDRY_VLLM_DP_SIZE"  # set by the CLI seam in process 0: the replicas of a `vllm serve`
 DP_SIZE_LOCAL_ENV = "FOUNDRY_VLLM_DP_SIZE_LOCAL"  # ... of them on this node
@@ -68,22 +67,15 @@ def _exported(environ: Any = None) -> tuple[int, int, str]:
     return max(values[DP_SIZE_ENV], 1), values[DP_SIZE_LOCAL_ENV], env.get(DP_BACKEND_ENV, "") or "mp"
 
 
-def moe_replica_problems(vllm_config: Any, environ: Any = None) -> list[str]:
+def moe_replica_problems(vllm_config: Any) -> list[str]:
     """A mixture-of-experts model's replicas (vLLM keeps data_parallel_size > 1 in their engines,
     one world across them) exchange tokens inside the graphs: with the default all-to-all backend
     (``allgather_reducescatter``) through NCCL all-gathers and reduce-scatters (grouped broadcasts
     and reduces) on the expert-parallel group, collectives LOAD re-makes as for tensor parallel.
-    Not yet run on GPUs, so refused unless ``FOUNDRY_VLLM_MOE_DATA_PARALLEL=1``; the other
-    backends (DeepEP, MoRI, NIXL, FlashInfer) use kernels and memory outside NCCL and are refused
-    (docs/multi-gpu.md designs DeepEP's), as is elastic expert parallel."""
-    dp = _size(vllm_config, "data_parallel_size")
-    if dp <= 1:
+    The other backends (DeepEP, MoRI, NIXL, FlashInfer) use kernels and memory outside NCCL and
+    are refused (docs/multi-gpu.md designs DeepEP's), as is elastic expert parallel."""
+    if _size(vllm_config, "data_parallel_size") <= 1:
         return []
-    env = os.environ if environ is None else environ
-    if env.get(MOE_DP_ENV, "") != "1":
-        return [f"data parallel of a mixture-of-experts model (data_parallel_size={dp} inside the engine: the "
-                "replicas exchange tokens inside the graphs) has not run on GPUs yet; set "
-                f"{MOE_DP_ENV}=1 to try it (dense models' replicas are supported)"]
     problems = []
     backend = modes.config_value(vllm_config, "parallel_config", "all2all_backend", default="allgather_reducescatter")
     if backend not in MOE_DP_BACKENDS:
@@ -100,7 +92,7 @@ def replica_problems(vllm_config: Any, environ: Any = None) -> list[str]:
     replicas on several nodes (each node's archive would lack the others' ranks) and replicas
     started through Ray (their workers do not inherit the preload)."""
     count, local, backend = _exported(environ)
-    problems = moe_replica_problems(vllm_config, environ)
+    problems = moe_replica_problems(vllm_config)
     dp = _size(vllm_config, "data_parallel_size")
     if count > 1 and 0 < local < count:
         problems.append(f"data parallel across nodes ({local} of {count} replicas on this node) is not supported "
