@@ -158,8 +158,8 @@ def expert_parallel_problems(vllm_config: Any) -> list[str]:
     experts and the layer's output is all-reduced, the collectives of tensor parallel; vLLM uses
     no all-to-all kernel without data parallel) is supported. With data parallel, ranks.py decides
     (NCCL's all-gather and reduce-scatter backend supported; DeepEP and the other kernel backends
-    refused, DeepEP designed in docs/multi-gpu.md); expert load
-    balancing moves experts while serving."""
+    refused, DeepEP designed in docs/multi-gpu.md); expert load balancing moves experts while
+    serving."""
     if config_value(vllm_config, "parallel_config", "enable_eplb", default=False):
         return ["expert load balancing (enable_eplb) is not supported (it moves experts between ranks while serving)"]
     return []
