@@ -74,9 +74,11 @@ def first_difference(ref: dict, run: dict, with_logprobs: bool) -> str | None:
 
 def compare(ref_name: str, runs: dict[str, dict]) -> Comparison:
     """The first difference of each run from the one named ``ref_name``; log-probabilities are
-    compared when every run holds them."""
+    compared when every run holds them and the reference recorded some (a server that returned
+    none for every completion leaves only the tokens compared, and the summary says so)."""
     ref = runs[ref_name]
-    with_logprobs = all("logprobs" in r for r in runs.values())
+    with_logprobs = (all("logprobs" in r for r in runs.values())
+                     and any(lp is not None for lp in ref.get("logprobs") or []))
     differences = {}
     for name, run in runs.items():
         if name != ref_name:

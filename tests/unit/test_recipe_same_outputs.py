@@ -74,6 +74,12 @@ def test_without_logprobs_in_every_run_only_tokens_are_compared():
     assert result.differences == {} and result.what == "greedy tokens"
 
 
+def test_a_reference_without_any_logprob_is_not_reported_as_compared_logprobs():
+    none = [None] * len(TOKENS)  # a server that returned no log-probabilities at all
+    result = same_outputs.compare("a", {"a": run(logprobs=none), "b": run(logprobs=none)})
+    assert result.differences == {} and result.what == "greedy tokens"
+
+
 def test_nan_and_none_logprobs_match_only_their_own_kind():
     lp = [[float("nan"), None, -1.0]] + LOGPROBS[1:]
     assert same_outputs.compare("a", {"a": run(logprobs=lp), "b": run(logprobs=lp)}).differences == {}
