@@ -124,6 +124,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5)
+    parser.add_argument("--num-gpu-blocks", type=int, default=None,
+                        help="KV-cache blocks, overriding what the memory profile allows (num_gpu_blocks_override)")
     parser.add_argument("--cudagraph-mode", default="",
                         help="vLLM's CUDA-graph mode (default: vLLM's, FULL_AND_PIECEWISE; FULL_DECODE_ONLY with "
                              "--no-compile, where vLLM would capture no graphs)")
@@ -146,7 +148,8 @@ def main() -> None:
     llm = LLM(model=args.model, load_format=load_format(args.model), attention_backend="FLASH_ATTN", seed=0,
               max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
               enforce_eager=args.eager, compilation_config=None if args.eager else compilation,
-              tensor_parallel_size=args.tp, disable_custom_all_reduce=args.tp > 1, enable_expert_parallel=args.ep)
+              tensor_parallel_size=args.tp, disable_custom_all_reduce=args.tp > 1, enable_expert_parallel=args.ep,
+              num_gpu_blocks_override=args.num_gpu_blocks)
     ready = time.time()
     result: dict = {"ready_s": ready - process_start_time(), "init_s": ready - t0,
                     "foundry_mode": os.environ.get("FOUNDRY_MODE", "off"), "eager": args.eager,
