@@ -25,7 +25,7 @@ from foundry_core.engine import EngineAdapter
 from foundry_core.engine.values import plain
 
 from vllm_foundry import ranks
-from vllm_foundry.modes import config_value as _get
+from vllm_foundry.config import config_value as _get
 
 logger = logging.getLogger("foundry.vllm")
 

@@ -25,34 +25,23 @@ from typing import Any
 from foundry_core.engine.options import env_flag
 from foundry_core.errors import UnsupportedError
 
+from vllm_foundry import piecewise, ranks
+from vllm_foundry.config import OFF_HINT, config_value, mode_name  # re-exported: the patches read them here
+
 SUPPORTED_CUDAGRAPH_MODES = ("FULL_DECODE_ONLY",)  # and the piecewise ones below, unless turned off
 CUDAGRAPH_MODE_FLAG = "-cc.cudagraph_mode=FULL_DECODE_ONLY"
 # Without torch.compile (-cc.mode=none) vLLM turns its default FULL_AND_PIECEWISE into NONE.
 NONE_HINT = "vLLM captures no graphs in this mode: without torch.compile (-cc.mode=none) pass " + CUDAGRAPH_MODE_FLAG
-OFF_HINT = "start vLLM with --foundry-mode off (or FOUNDRY_MODE=off) to run it without Foundry"
 
 
 class UnsupportedConfigError(UnsupportedError):
     """vLLM runs with a setting vllm-foundry does not support (the message names it)."""
 
 
-def mode_name(mode: Any) -> str:
-    """The name of a CUDAGraphMode (an enum member, its name, or None)."""
-    if mode is None:
-        return "NONE"
-    name = getattr(mode, "name", None)
-    if isinstance(name, str):
-        return name
-    text = str(mode)
-    return text.rsplit(".", 1)[-1].upper()
-
-
 PIECEWISE_CUDAGRAPH_MODES = ("FULL_AND_PIECEWISE",)
 
 
 def supported_cudagraph_modes() -> tuple[str, ...]:
-    from vllm_foundry import piecewise  # piecewise reads this module's mode_name
-
     return (PIECEWISE_CUDAGRAPH_MODES if piecewise.enabled() else ()) + SUPPORTED_CUDAGRAPH_MODES
 
 
@@ -62,8 +51,6 @@ def cudagraph_mode_problem(mode: Any) -> str | None:
     supported = supported_cudagraph_modes()
     if name in supported:
         return None
-    from vllm_foundry import piecewise
-
     way_out = f"pass {CUDAGRAPH_MODE_FLAG}" + (" or leave vLLM's default" if piecewise.enabled() else "")
     if name in PIECEWISE_CUDAGRAPH_MODES:
         why = f"piecewise graphs are off: {piecewise.disabled_reason()}; {way_out}"
@@ -86,16 +73,6 @@ def piecewise_problems(vllm_config: Any, environ: Any = None) -> list[str]:
     if env_flag("VLLM_USE_BREAKABLE_CUDAGRAPH", default=False, environ=environ):
         problems.append("VLLM_USE_BREAKABLE_CUDAGRAPH=1 is not supported with piecewise graphs")
     return problems
-
-
-def config_value(obj: Any, *path: str, default: Any = None) -> Any:
-    """``obj.a.b.c`` for path ("a", "b", "c"), or ``default`` where any step is missing or None
-    (vLLM's config objects differ between releases)."""
-    for name in path:
-        if obj is None:
-            return default
-        obj = getattr(obj, name, None)
-    return default if obj is None else obj
 
 
 def unsupported_settings(vllm_config: Any, use_v2_model_runner: bool | None = None) -> list[str]:
@@ -148,8 +125,6 @@ def parallel_problems(vllm_config: Any) -> list[str]:
     nnodes = config_value(vllm_config, "parallel_config", "nnodes", default=1)
     if isinstance(nnodes, int) and nnodes > 1:
         problems.append(f"nnodes={nnodes} is not supported (one node)")
-    from vllm_foundry import ranks  # ranks reads this module's config accessor
-
     return problems + ranks.replica_problems(vllm_config)
 
 

@@ -37,7 +37,7 @@ from foundry_core.engine import options
 from foundry_core.engine.capture import graph_name
 from foundry_core.errors import FoundryError, UnsupportedError
 
-from vllm_foundry import modes, runtime
+from vllm_foundry.config import mode_name
 
 logger = logging.getLogger("foundry.vllm")
 
@@ -58,7 +58,7 @@ _unavailable: str | None = None  # why this process's vLLM cannot restore pieces
 def enabled() -> bool:
     """Whether piecewise graphs are saved and restored: yes, unless ``FOUNDRY_VLLM_PIECEWISE=0``
     or the installed vLLM lacks a seam the pieces need (:func:`mark_unavailable`)."""
-    return _unavailable is None and runtime.env_flag(ENV, default=True)
+    return _unavailable is None and options.env_flag(ENV, default=True)
 
 
 def instantiation(environ: Mapping[str, str] | None = None) -> str:
@@ -103,7 +103,7 @@ def is_piece(name: str) -> bool:
 
 
 def _piecewise_wrappers(wrappers: Iterable[Any]) -> list[tuple[str, Any]]:
-    found = [(wrapper_key(w), w) for w in wrappers if modes.mode_name(getattr(w, "runtime_mode", None)) == "PIECEWISE"]
+    found = [(wrapper_key(w), w) for w in wrappers if mode_name(getattr(w, "runtime_mode", None)) == "PIECEWISE"]
     found = [(k, w) for k, w in found if k is not None]
     keys = [k for k, _ in found]
     if len(set(keys)) != len(keys):
@@ -149,7 +149,7 @@ def wanted_sizes(manager: Any) -> list[int] | None:
     if not isinstance(descs, Mapping):
         return None
     sizes = {int(d.num_tokens) for group in descs.values() for d in group
-             if modes.mode_name(getattr(d, "cg_mode", None)) == "PIECEWISE"}
+             if mode_name(getattr(d, "cg_mode", None)) == "PIECEWISE"}
     return sorted(sizes) or None
 
 
@@ -195,8 +195,8 @@ class Pieces:
             return OTHER
         if descriptor in entries:
             return READY  # the common case, first: nothing else to look at
-        if (modes.mode_name(getattr(context, "cudagraph_runtime_mode", None)) != "PIECEWISE"
-                or modes.mode_name(getattr(wrapper, "runtime_mode", None)) != "PIECEWISE"):
+        if (mode_name(getattr(context, "cudagraph_runtime_mode", None)) != "PIECEWISE"
+                or mode_name(getattr(wrapper, "runtime_mode", None)) != "PIECEWISE"):
             return OTHER
         key = wrapper_key(wrapper)
         name = piece_name(key, descriptor) if key else f"{PREFIX}?:{graph_name(descriptor)}"

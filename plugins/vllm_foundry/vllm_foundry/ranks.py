@@ -32,7 +32,8 @@ from typing import Any
 from foundry_core.engine import Mode
 from foundry_core.errors import InvalidArgumentError, StateError
 
-from vllm_foundry import modes, patching, seams
+from vllm_foundry import patching, seams
+from vllm_foundry.config import OFF_HINT, config_value
 
 MOE_DP_BACKENDS = ("allgather_reducescatter",)  # all-to-all through NCCL collectives, which LOAD re-makes
 DP_SIZE_ENV = "FOUNDRY_VLLM_DP_SIZE"  # set by the CLI seam in process 0: the replicas of a `vllm serve`
@@ -41,7 +42,7 @@ DP_BACKEND_ENV = "FOUNDRY_VLLM_DP_BACKEND"  # ... and how vLLM starts them (mp, 
 
 
 def _size(vllm_config: Any, name: str) -> int:
-    return int(modes.config_value(vllm_config, "parallel_config", name, default=1) or 1)
+    return int(config_value(vllm_config, "parallel_config", name, default=1) or 1)
 
 
 def _engine_ranks(vllm_config: Any) -> int:
@@ -77,11 +78,11 @@ def moe_replica_problems(vllm_config: Any) -> list[str]:
     if _size(vllm_config, "data_parallel_size") <= 1:
         return []
     problems = []
-    backend = modes.config_value(vllm_config, "parallel_config", "all2all_backend", default="allgather_reducescatter")
+    backend = config_value(vllm_config, "parallel_config", "all2all_backend", default="allgather_reducescatter")
     if backend not in MOE_DP_BACKENDS:
         problems.append(f"all2all_backend={backend!r} exchanges tokens outside NCCL (its own kernels and memory); "
                         f"with data parallel only {', '.join(MOE_DP_BACKENDS)} is supported")
-    if modes.config_value(vllm_config, "parallel_config", "enable_elastic_ep", default=False):
+    if config_value(vllm_config, "parallel_config", "enable_elastic_ep", default=False):
         problems.append("elastic expert parallel (enable_elastic_ep) is not supported (it changes the groups while "
                         "serving)")
     return problems
@@ -109,13 +110,13 @@ def replicas(vllm_config: Any, environ: Any = None) -> tuple[int, int]:
     was not started through the plugin's CLI seam): two replicas would share one archive."""
     dp = _size(vllm_config, "data_parallel_size")
     if dp > 1:  # MoE: vLLM left the data-parallel settings as given
-        return int(modes.config_value(vllm_config, "parallel_config", "data_parallel_rank", default=0) or 0), dp
+        return int(config_value(vllm_config, "parallel_config", "data_parallel_rank", default=0) or 0), dp
     count = _exported(environ)[0]
-    index = int(modes.config_value(vllm_config, "parallel_config", "data_parallel_index", default=0) or 0)
+    index = int(config_value(vllm_config, "parallel_config", "data_parallel_index", default=0) or 0)
     if not 0 <= index < count:
         raise StateError(f"vllm-foundry: this engine is data-parallel replica {index}, but {DP_SIZE_ENV} says the "
                          f"start has {count} replica(s); start data parallel with `vllm serve --data-parallel-size N` "
-                         f"(its CLI seam exports the count), or {modes.OFF_HINT}")
+                         f"(its CLI seam exports the count), or {OFF_HINT}")
     return index, count
 
 
@@ -123,7 +124,7 @@ def global_rank(vllm_config: Any, rank: int, environ: Any = None) -> int:
     """The global rank of the worker vLLM calls ``rank`` (its rank inside its engine): offset by
     the replica index, unless the ranks were launched from outside (``external_launcher``, where
     ``rank`` is already global)."""
-    backend = modes.config_value(vllm_config, "parallel_config", "distributed_executor_backend", default=None)
+    backend = config_value(vllm_config, "parallel_config", "distributed_executor_backend", default=None)
     if backend == "external_launcher":
         return rank
     return replicas(vllm_config, environ)[0] * _engine_ranks(vllm_config) + rank
