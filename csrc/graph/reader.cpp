@@ -14,6 +14,7 @@
 #include "modules/cache_configs.h"
 #include "modules/registry.h"
 #include "region/region.h"
+#include "region/word_class.h"
 
 namespace foundry {
 namespace {
@@ -79,32 +80,51 @@ uint32_t Reader::event_index(CUevent e) {
 
 Status Reader::audit(uint64_t value, const std::string& where_base, int64_t param_offset, ReadGraph* acc) {
   bool is_param_word = param_offset >= 0;
-  // Small integers and non-canonical values cannot be device pointers: skip them cheaply.
-  if (value < (1ull << 32) || value >= (1ull << 48)) return Status::Ok();
   Block b;
-  AddressClass c = Region::instance().classify(value, &b);
-  // Built only when needed: SAVE audits millions of words.
+  WordClass c = Region::instance().classify_word(value, &b);
+  if (c == WordClass::kScalar) return Status::Ok();  // SAVE audits millions of words: the cheap case first
+  // Built only when needed.
   auto where = [&] { return is_param_word ? where_base + " parameter offset " + std::to_string(param_offset) : where_base; };
-  if (c == AddressClass::kLive) {
-    acc->refs.push_back(RegionRef{b.offset, b.size, static_cast<uint32_t>(b.kind)});
-    return Status::Ok();
-  }
-  if (c == AddressClass::kInsideNotLive) {
-    // A struct parameter packs 32-bit fields in pairs: (8192, 24576) reads as 0x600000002000, a
-    // region address when the region starts at 0x600000000000. Space nothing ever occupied cannot
-    // hold a pointer the kernel dereferences (it is unmapped), so such a word is a value.
-    if (!Region::instance().ever_covered(value)) {
+  switch (c) {
+    case WordClass::kLive:
+      acc->refs.push_back(RegionRef{b.offset, b.size, static_cast<uint32_t>(b.kind)});
+      return Status::Ok();
+    case WordClass::kNeverCovered:
+      // A struct parameter packs 32-bit fields in pairs: (8192, 24576) reads as 0x600000002000, a
+      // region address when the region starts at 0x600000000000. Space nothing ever occupied cannot
+      // hold a pointer the kernel dereferences (it is unmapped), so such a word is a value.
       ++acc->lookalike_words;
       return Status::Ok();
-    }
-    char halves[64];
-    std::snprintf(halves, sizeof halves, " (as two 32-bit values: %u, %u)", static_cast<uint32_t>(value),
-                  static_cast<uint32_t>(value >> 32));
-    return Error(FOUNDRY_ERR_AUDIT, where() + " points at " + hex(value) + halves +
-                                        ", inside the region in memory that was freed: LOAD could not reproduce it. "
-                                        "Region history of that address: " +
-                                        Region::instance().history(value));
+    case WordClass::kFreed:
+      // A parameter word may be a by-value struct's unused slot; a copy's or a collective's
+      // address is dereferenced, so there it is a dangling pointer.
+      if (is_param_word) return stale_word(value, where(), acc);
+      return Error(FOUNDRY_ERR_AUDIT, where() + " points at " + hex(value) +
+                                          ", inside the region in memory that was freed: LOAD could not reproduce it. "
+                                          "Region history of that address: " + Region::instance().history(value));
+    default:
+      return outside_word(value, where(), is_param_word, acc);
   }
+}
+
+Status Reader::stale_word(uint64_t value, const std::string& where, ReadGraph* acc) {
+  char halves[64];
+  std::snprintf(halves, sizeof halves, " (as two 32-bit values: %u, %u)", static_cast<uint32_t>(value),
+                static_cast<uint32_t>(value >> 32));
+  std::string what = where + " points at " + hex(value) + halves + ", into region memory that was freed (" +
+                     Region::instance().history(value) + ")";
+  if (strict_mode()) {
+    return Error(FOUNDRY_ERR_AUDIT,
+                 what + ". Without FOUNDRY_STRICT such a word is kept verbatim: freed region memory is not mapped, so no "
+                        "replay can dereference it, and it is taken for a leftover value (an unused slot of a by-value "
+                        "parameter struct, as ATen's cat, stack and foreach kernels leave them). FOUNDRY_STRICT=1 refuses "
+                        "it because that cannot be proven from the word alone; unset FOUNDRY_STRICT to save this graph");
+  }
+  if (acc->stale_words++ == 0) acc->first_stale_word = what;
+  return Status::Ok();
+}
+
+Status Reader::outside_word(uint64_t value, const std::string& where, bool is_param_word, ReadGraph* acc) {
   const Driver* d = driver_if_open();
   unsigned int mem_type = 0;
   if (d->cuPointerGetAttribute(&mem_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, static_cast<CUdeviceptr>(value)) !=
@@ -113,7 +133,7 @@ Status Reader::audit(uint64_t value, const std::string& where_base, int64_t para
   }
   if (mem_type != CU_MEMORYTYPE_DEVICE && mem_type != CU_MEMORYTYPE_UNIFIED) return Status::Ok();
   ++acc->foreign_pointers;
-  std::string msg = where() + " points at device memory " + hex(value) +
+  std::string msg = where + " points at device memory " + hex(value) +
                     " outside the allocation region: LOAD cannot reproduce its address (allocate it after "
                     "set_allocation_region)";
   if (strict_mode() || !is_param_word) return Error(FOUNDRY_ERR_AUDIT, msg);

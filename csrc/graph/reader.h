@@ -28,6 +28,10 @@ struct ReadGraph {
   // Words that fall in region space nothing ever occupied: values (two 32-bit fields, say) that
   // look like region addresses; kept verbatim, as they cannot be pointers the kernel uses.
   uint32_t lookalike_words = 0;
+  // Parameter words that point into region memory freed before SAVE (see word_class.h), kept
+  // verbatim outside strict mode; the first one described, for the graph's summary line.
+  uint32_t stale_words = 0;
+  std::string first_stale_word;
 };
 
 class Reader {
@@ -43,6 +47,8 @@ class Reader {
   Status read_collective(CUgraphNode node, const std::string& where, CollectiveNode* c, ReadGraph* acc);
   // param_offset: the word's offset in the kernel's parameters, or -1 for a copy/memset address.
   Status audit(uint64_t value, const std::string& where, int64_t param_offset, ReadGraph* acc);
+  Status stale_word(uint64_t value, const std::string& where, ReadGraph* acc);
+  Status outside_word(uint64_t value, const std::string& where, bool is_param_word, ReadGraph* acc);
   uint32_t event_index(CUevent e);
   struct FunctionInfo {
     uint64_t image_hash = 0;

@@ -27,6 +27,19 @@ static void collect_images(const GraphModel& g, std::set<uint64_t>* out) {
   for (const GraphModel& c : g.children) collect_images(c, out);
 }
 
+// One line per graph for the words kept verbatim although they look like region addresses.
+// Stale words (into freed memory) are rare and worth seeing; look-alikes are common (cuBLAS).
+static void log_value_words(size_t i, const std::string& name, const ReadGraph& g) {
+  if (g.stale_words) {
+    LOG_INFO("graph %zu (%s): %u parameter words point into freed region memory and %u at region space nothing "
+             "occupied; kept verbatim as values (FOUNDRY_STRICT=1 refuses the former). First: %s",
+             i, name.c_str(), g.stale_words, g.lookalike_words, g.first_stale_word.c_str());
+  } else if (g.lookalike_words) {
+    LOG_DEBUG("graph %zu (%s): %u parameter words look like region addresses but point at space nothing ever "
+              "occupied; kept as values", i, name.c_str(), g.lookalike_words);
+  }
+}
+
 Result<SaveStats> Saver::write(const std::string& payload_path, const std::string& images_root, int arch) {
   if (graphs_.empty()) return Error(FOUNDRY_ERR_STATE, "no graphs to save");
   std::vector<const GraphModel*> models;
@@ -64,10 +77,7 @@ Result<SaveStats> Saver::write(const std::string& payload_path, const std::strin
       return Error(FOUNDRY_ERR_STATE, "graph " + std::to_string(i) + " (" + names_[i] +
                                           ") cannot be reproduced from its topology template: grouping error");
     }
-    if (graphs_[i].lookalike_words) {
-      LOG_DEBUG("graph %zu (%s): %u parameter words look like region addresses but point at space nothing ever "
-                "occupied; kept as values", i, names_[i].c_str(), graphs_[i].lookalike_words);
-    }
+    log_value_words(i, names_[i], graphs_[i]);
     stats.nodes += graphs_[i].model.nodes.size();
     collect_images(graphs_[i].model, &images);
     p.members.push_back(std::move(m));

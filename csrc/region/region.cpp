@@ -40,9 +40,17 @@ Status Region::set(uint64_t base, uint64_t size) {
   size_t granularity = 0;
   FOUNDRY_RETURN_IF_ERROR(cuda_check(
       d->cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), "cuMemGetAllocationGranularity"));
-  if (base % granularity != 0 || size == 0 || size % granularity != 0) {
-    return Error(FOUNDRY_ERR_INVALID_ARGUMENT, "region base " + hex(base) + " and size " + hex(size) +
-                                                   " must be non-zero multiples of the allocation granularity " + hex(granularity));
+  if (base % granularity != 0 || size == 0) {
+    return Error(FOUNDRY_ERR_INVALID_ARGUMENT, "region base " + hex(base) + " must be a multiple of the allocation granularity " +
+                                                   hex(granularity) + " and the size non-zero (got " + hex(size) + ")");
+  }
+  if (size % granularity != 0) {
+    // A size such as parse_size("1GB") = 10^9 bytes is rarely a multiple of the granularity;
+    // the region is an address range, so rounding it up costs no memory.
+    uint64_t rounded = (size + granularity - 1) / granularity * granularity;
+    LOG_INFO("region size %" PRIu64 " bytes rounded up to %" PRIu64 " (a multiple of the allocation granularity %s)",
+             size, rounded, hex(granularity).c_str());
+    size = rounded;
   }
   CUdeviceptr got = 0;
   CUresult r = d->cuMemAddressReserve(&got, size, granularity, static_cast<CUdeviceptr>(base), 0);
@@ -349,9 +357,9 @@ std::string Region::history(uint64_t addr) {
   return log_.describe_offset(addr - base_);
 }
 
-bool Region::ever_covered(uint64_t addr) {
+WordClass Region::classify_word(uint64_t value, Block* block) {
   std::lock_guard<std::mutex> lock(mu_);
-  return set_ && addr >= base_ && log_.ever_covered(addr - base_);
+  return foundry::classify_word(value, set_ ? base_ : 0, va_, log_, block);
 }
 
 uint64_t Region::driver_calls() {

@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "region/alloc_log.h"
 #include "region/va_space.h"
+#include "region/word_class.h"
 
 namespace foundry {
 
@@ -61,9 +62,10 @@ class Region {
   void note_outside(uint64_t size);
 
   AddressClass classify(uint64_t addr, Block* block);
+  // The pointer audit's view of a graph's word (see word_class.h); kOutside when no region is set.
+  WordClass classify_word(uint64_t value, Block* block);
   // The allocation log's account of an address in the region (see AllocLog::describe_offset).
   std::string history(uint64_t addr);
-  bool ever_covered(uint64_t addr);
   uint64_t driver_calls();
 
   // Log access (under the region's lock).
