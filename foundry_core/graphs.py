@@ -142,15 +142,18 @@ def _write_log(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def _write_payload(directory: Path, payload_name: str, graphs: Mapping[str, tuple[Any, Any]]) -> tuple[list[dict], _native.SaveStats]:
+def _write_payload(directory: Path, payload_name: str, graphs: Mapping[str, tuple[Any, Any]],
+                   images_root: Path | None = None) -> tuple[list[dict], _native.SaveStats]:
+    """Writes the payload into ``directory`` and the images under ``images_root/images/``
+    (default: ``directory``)."""
     _torch().cuda.synchronize()
     saver = ctypes.c_void_p()
     _native.call("foundry_saver_new", ctypes.byref(saver))
     try:
         described = _read_into_saver(saver, graphs)
         stats = _native.SaveStats()
-        _native.call("foundry_saver_write", saver, os.fsencode(directory / payload_name), os.fsencode(directory),
-                     _device_arch(), ctypes.byref(stats))
+        _native.call("foundry_saver_write", saver, os.fsencode(directory / payload_name),
+                     os.fsencode(images_root or directory), _device_arch(), ctypes.byref(stats))
         return described, stats
     finally:
         _native.lib().foundry_saver_free(saver)
@@ -222,7 +225,8 @@ def _save_single(manifest_path: Path, g: Any, outputs: Any) -> None:
     directory = manifest_path.parent.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     payload = manifest_path.stem + ".fgr"
-    described, _ = _write_payload(directory, payload, {manifest_path.stem: (g, outputs)})
+    described, _ = _write_payload(directory, payload, {manifest_path.stem: (g, outputs)},
+                                  directory / images.SINGLE_GRAPH_IMAGES)
     manifest = _manifest(payload, described, None)
     manifest["log"] = manifest_path.stem + ".log.json"
     _write_log(directory / manifest["log"])

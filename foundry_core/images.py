@@ -90,16 +90,35 @@ def pack_images(directory: str | os.PathLike, hashes: list[int], arch: int = 0) 
     _native.call("foundry_images_pack", os.fsencode(directory), arr, len(hashes), arch)
 
 
+# Graphs saved one by one (CUDAGraph.save("DIR/NAME.json")) keep their kernel images in
+# DIR/hook_archive/images/: where scripts written for the original Foundry load them from
+# (load_cuda_modules_and_libraries("hook_archive")), inside the directory the manifests describe.
+SINGLE_GRAPH_IMAGES = "hook_archive"
+
+
+def images_root(directory: str | os.PathLike) -> str:
+    """The directory whose ``images/`` holds the kernel images of ``directory``: the directory
+    itself (an archive, or ``hook_archive``), else its ``hook_archive/`` (graphs saved one by one)."""
+    d = os.fspath(directory)
+    single = os.path.join(d, SINGLE_GRAPH_IMAGES)
+    if not os.path.lexists(os.path.join(d, "images")) and os.path.isdir(os.path.join(single, "images")):
+        return single
+    return d
+
+
 def load_cuda_modules_and_libraries(directory: str | os.PathLike, lazy: bool = False) -> int:
     """Loads every image packed in ``directory/images/`` into this process; returns how many.
 
-    Call it before the application loads its own kernels: a later load of an identical image by
-    the application (or the CUDA runtime) then returns the archived handle, so graphs and
-    application share one copy of each module. Loading the same directory twice is harmless.
-    With ``lazy``, every image is read and checked now but handed to the driver only when a
-    restored graph first needs one of its kernels (or the application loads it).
+    ``directory`` is an archive directory, a directory of graphs saved one by one (their images
+    are in its ``hook_archive/``), or that ``hook_archive`` itself. Call it before the application
+    loads its own kernels: a later load of an identical image by the application (or the CUDA
+    runtime) then returns the archived handle, so graphs and application share one copy of each
+    module. Loading the same directory twice is harmless. With ``lazy``, every image is read and
+    checked now but handed to the driver only when a restored graph first needs one of its
+    kernels (or the application loads it).
     """
-    images_dir = os.path.join(os.fspath(directory), "images")
+    directory = images_root(directory)
+    images_dir = os.path.join(directory, "images")
     if os.path.islink(images_dir):
         raise FormatError(f"{images_dir} is a symbolic link; an archive's images must be plain files inside it")
     start = time.perf_counter()

@@ -44,8 +44,10 @@ def _require_preload() -> None:
 def set_allocation_region(base: int | str, size: int | str) -> None:
     """Reserves ``[base, base+size)`` and sends later device allocations there.
 
-    Raises FixedAddressError when the driver cannot place the range at ``base`` (choose another
-    base), StateError when a region is already set.
+    ``base`` must be a multiple of the allocation granularity (2 MiB on current GPUs); ``size``
+    is rounded up to one (``parse_size("1GB")`` is 10^9 bytes), which is logged at info. Raises
+    FixedAddressError when the driver cannot place the range at ``base`` (choose another base),
+    StateError when a region is already set.
     """
     _ensure_context()
     _require_preload()
@@ -83,9 +85,12 @@ def set_current_alloc_offset(offset: int | str) -> None:
     _native.call("foundry_region_set_offset", parse_size(offset))
 
 
-def preallocate_region(size: int | str) -> None:
-    """Maps ``size`` bytes at the cursor in one go; allocations inside are pointer bumps."""
+def preallocate_region(size: int | str) -> bool:
+    """Maps ``size`` bytes at the cursor in one go; allocations inside are pointer bumps.
+
+    Returns True once mapped; raises FoundryError (naming the cause) when it cannot be."""
     _native.call("foundry_region_preallocate", parse_size(size))
+    return True
 
 
 def free_preallocated_region() -> None:
