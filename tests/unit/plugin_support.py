@@ -197,6 +197,7 @@ class Plugin:
     behaviour lives in foundry_core.engine (the same for both plugins)."""
 
     register: types.ModuleType
+    activation: types.ModuleType
     runtime: types.ModuleType
     patching: types.ModuleType
     worker_patches: types.ModuleType
@@ -209,18 +210,18 @@ class Plugin:
         registered plugin, no runtime and no installed seam, and leaves none behind (the plugins
         keep that state in module globals and os.environ, so a test would leak into the next)."""
         clear_environment(monkeypatch, env_keys)
-        self.register._reset_for_tests()
+        self.activation._reset_for_tests()
         self.runtime.reset()
         with saved_logger("foundry"):
             yield
             self.patching.uninstall_all()
-            self.register._reset_for_tests()
+            self.activation._reset_for_tests()
             self.runtime.reset()
 
     def record_activation(self, monkeypatch: pytest.MonkeyPatch, hosts: str) -> dict[str, int]:
         """Counts the seam installs of register() in a process that hosts the engine (the
         plugin's ``hosts`` check answers True) instead of patching the fake engine."""
-        monkeypatch.setattr(self.register, hosts, lambda: True)
+        monkeypatch.setattr(self.activation, hosts, lambda: True)
         calls = {"worker": 0, "capture": 0}
         monkeypatch.setattr(self.worker_patches, "install", lambda: calls.__setitem__("worker", calls["worker"] + 1))
         monkeypatch.setattr(self.capture_patches, "install",
@@ -230,7 +231,7 @@ class Plugin:
     def record_activations(self, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         """The settings the CLI seams activate, recorded instead of activated."""
         seen: list[Any] = []
-        monkeypatch.setattr(self.register, "activate", lambda settings: seen.append(settings))
+        monkeypatch.setattr(self.activation, "activate", lambda settings: seen.append(settings))
         return seen
 
     def check_register_off_only_adds_flags(self, register: Callable[[], None], recorded: dict[str, int],
@@ -250,12 +251,12 @@ class Plugin:
                                           tmp_path: PathLike[str]) -> None:
         """register() activates nothing with FOUNDRY_MODE=off, and keeps a user's FOUNDRY_STRICT."""
         register_mod = self.register
-        monkeypatch.setattr(register_mod, "prepare_child_environment", fake_child_env)
+        monkeypatch.setattr(self.activation, "prepare_child_environment", fake_child_env)
         monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
         monkeypatch.setenv("FOUNDRY_MODE", "off")
         register_mod.register()
         assert recorded == {"worker": 0, "capture": 0} and "LD_PRELOAD" not in os.environ
-        register_mod._reset_for_tests()
+        self.activation._reset_for_tests()
         monkeypatch.setenv("FOUNDRY_MODE", "save")
         monkeypatch.setenv("FOUNDRY_STRICT", "0")
         register_mod.register()

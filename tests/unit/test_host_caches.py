@@ -4,7 +4,6 @@ host, and what it refuses. Triton is a stand-in with Triton's file-cache semanti
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -424,7 +423,8 @@ def test_vllm_carries_after_its_warmup_at_save_and_reports_at_load(caplog):
 
 
 def test_the_first_process_gets_the_model_info_before_vllm_inspects_the_model(tmp_path, monkeypatch):
-    register = importlib.import_module("vllm_foundry.register")  # the package exports the function
+    from vllm_foundry import activation
+
     aot = "torch_compile_cache/torch_aot_compile/abc"
     saved_root = tree_of(tmp_path / "save-host", {"modelinfos/qwen3-Qwen3ForCausalLM.json": b'{"hash": "h"}',
                                                   f"{aot}/rank_0_0/model": b"m"})
@@ -441,20 +441,20 @@ def test_the_first_process_gets_the_model_info_before_vllm_inspects_the_model(tm
     fresh = tmp_path / "fresh"
     monkeypatch.setattr(compile_cache, "cache_root", lambda: fresh)
     settings = SimpleNamespace(mode=Mode.LOAD, archive=archive)
-    register._reset_for_tests()
-    register._restore_model_info(settings)
+    activation._reset_for_tests()
+    activation._restore_model_info(settings)
     assert (fresh / "modelinfos/qwen3-Qwen3ForCausalLM.json").read_bytes() == b'{"hash": "h"}'
     assert not (fresh / "torch_compile_cache").exists()  # the worker's, not the first process's
     (fresh / "modelinfos/qwen3-Qwen3ForCausalLM.json").unlink()
-    register._restore_model_info(settings)  # once per process
+    activation._restore_model_info(settings)  # once per process
     assert not (fresh / "modelinfos/qwen3-Qwen3ForCausalLM.json").exists()
     for mode, archive_dir in ((Mode.SAVE, archive), (Mode.LOAD, tmp_path / "no-archive")):
-        register._reset_for_tests()
+        activation._reset_for_tests()
         other = tmp_path / f"other-{mode}"
         monkeypatch.setattr(compile_cache, "cache_root", lambda other=other: other)
-        register._restore_model_info(SimpleNamespace(mode=mode, archive=archive_dir))
+        activation._restore_model_info(SimpleNamespace(mode=mode, archive=archive_dir))
         assert not other.exists()
-    register._reset_for_tests()
+    activation._reset_for_tests()
 
 
 def test_with_triton_itself(tmp_path, monkeypatch):

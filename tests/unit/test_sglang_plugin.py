@@ -45,6 +45,7 @@ from foundry_core.manifest import MANIFEST_NAME, read_manifest, write_manifest  
 
 from sglang_foundry import adapter as adapter_mod  # noqa: E402
 from sglang_foundry import (  # noqa: E402
+    activation,
     capture_patches,
     cli,
     contract,
@@ -58,7 +59,7 @@ from sglang_foundry import (  # noqa: E402
 )
 
 register_mod = importlib.import_module("sglang_foundry.register")  # the package attribute is the function
-PLUGIN = Plugin(register_mod, runtime, patching, worker_patches, capture_patches, cli, seams)
+PLUGIN = Plugin(register_mod, activation, runtime, patching, worker_patches, capture_patches, cli, seams)
 
 # Variables the plugin writes to os.environ itself (not through monkeypatch): saved and put back.
 FOUNDRY_ENV = ("FOUNDRY_ARCHIVE", "FOUNDRY_MODE", "FOUNDRY_STRICT", "FOUNDRY_FALLBACK", "FOUNDRY_SGLANG_INSTANTIATE",
@@ -623,7 +624,7 @@ def test_register_off_only_adds_the_flags(fake_sglang, recorded_activation):
 
 
 def test_register_from_environment_prepares_children_once(fake_sglang, recorded_activation, monkeypatch, tmp_path):
-    monkeypatch.setattr(register_mod, "prepare_child_environment", fake_child_env)
+    monkeypatch.setattr(activation, "prepare_child_environment", fake_child_env)
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
     register_mod.register()
     register_mod.register()
@@ -635,8 +636,8 @@ def test_register_from_environment_prepares_children_once(fake_sglang, recorded_
 
 def test_main_process_sets_the_environment_but_installs_no_worker_seams(fake_sglang, recorded_activation,
                                                                          monkeypatch, tmp_path):
-    monkeypatch.setattr(register_mod, "hosts_scheduler", lambda: False)
-    monkeypatch.setattr(register_mod, "prepare_child_environment", fake_child_env)
+    monkeypatch.setattr(activation, "hosts_scheduler", lambda: False)
+    monkeypatch.setattr(activation, "prepare_child_environment", fake_child_env)
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
     register_mod.register()
     assert recorded_activation == {"worker": 0, "capture": 0} and os.environ["LD_PRELOAD"]
@@ -667,7 +668,7 @@ def _missing_library(**_kw):
 def test_a_scheduler_that_cannot_activate_exits_instead_of_starting_without_foundry(fake_sglang, recorded_activation,
                                                                                     monkeypatch, tmp_path):
     # SGLang's load_plugins() swallows a plugin's exceptions; SystemExit is not one of them.
-    monkeypatch.setattr(register_mod, "prepare_child_environment", _missing_library)
+    monkeypatch.setattr(activation, "prepare_child_environment", _missing_library)
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
     with pytest.raises(SystemExit) as err:
         register_mod.register()
@@ -675,15 +676,15 @@ def test_a_scheduler_that_cannot_activate_exits_instead_of_starting_without_foun
 
 
 def test_the_main_process_raises_the_activation_error(fake_sglang, recorded_activation, monkeypatch, tmp_path):
-    monkeypatch.setattr(register_mod, "hosts_scheduler", lambda: False)
-    monkeypatch.setattr(register_mod, "prepare_child_environment", _missing_library)
+    monkeypatch.setattr(activation, "hosts_scheduler", lambda: False)
+    monkeypatch.setattr(activation, "prepare_child_environment", _missing_library)
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
     with pytest.raises(StateError, match="--foundry-mode off"):
         register_mod.register()
 
 
 def test_register_rejects_a_bad_mode(fake_sglang, recorded_activation, monkeypatch):
-    monkeypatch.setattr(register_mod, "hosts_scheduler", lambda: False)
+    monkeypatch.setattr(activation, "hosts_scheduler", lambda: False)
     monkeypatch.setenv("FOUNDRY_MODE", "restore")
     with pytest.raises(InvalidArgumentError, match="FOUNDRY_MODE"):
         register_mod.register()

@@ -35,11 +35,11 @@ from foundry_core.graphs import LoadTimes  # noqa: E402
 
 from vllm_foundry import adapter as adapter_mod  # noqa: E402
 from vllm_foundry import (  # noqa: E402
-    capture_patches, cli, modes, patching, piecewise, ranks, runtime, seams, worker_patches, workspace)
+    activation, capture_patches, cli, modes, patching, piecewise, ranks, runtime, seams, worker_patches, workspace)
 
 register_mod = importlib.import_module("vllm_foundry.register")  # the package attribute is the function
-_real_hosts_engine = register_mod.hosts_engine
-PLUGIN = Plugin(register_mod, runtime, patching, worker_patches, capture_patches, cli, seams)
+_real_hosts_engine = activation.hosts_engine
+PLUGIN = Plugin(register_mod, activation, runtime, patching, worker_patches, capture_patches, cli, seams)
 
 FOUNDRY_ENV = ("FOUNDRY_ARCHIVE", "FOUNDRY_MODE", "FOUNDRY_STRICT", "FOUNDRY_FALLBACK", "FOUNDRY_VLLM_JIT_WARMUP",
                "FOUNDRY_VLLM_CHECK_METADATA", "FOUNDRY_VLLM_INSTANTIATE", "FOUNDRY_VLLM_DP_SIZE",
@@ -353,7 +353,7 @@ def test_register_off_only_adds_the_flags(fake_vllm, recorded_activation):
 
 
 def test_register_from_environment_prepares_children_once(fake_vllm, recorded_activation, monkeypatch, tmp_path):
-    monkeypatch.setattr(register_mod, "prepare_child_environment", fake_child_env)
+    monkeypatch.setattr(activation, "prepare_child_environment", fake_child_env)
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
     monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")
     register_mod.register()
@@ -382,7 +382,7 @@ def test_foundry_mode_loads_the_compiled_model_whole(fake_vllm, recorded_activat
                                                      torch_version, env, expected):
     from vllm_foundry import compile_artifact
 
-    monkeypatch.setattr(register_mod, "prepare_child_environment", fake_child_env)
+    monkeypatch.setattr(activation, "prepare_child_environment", fake_child_env)
     monkeypatch.setattr(compile_artifact, "installed_torch_version", lambda: torch_version)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -406,13 +406,13 @@ def test_foundry_off_leaves_vllms_compile_settings(fake_vllm, recorded_activatio
 def test_a_preloaded_first_process_keeps_fork(fake_vllm, recorded_activation, monkeypatch, tmp_path):
     # Under `foundry run -- vllm ...` the first process has the preload, so forked children have it
     # too: no spawn (which would import vLLM a second time in the engine process).
-    monkeypatch.setattr(register_mod, "prepare_child_environment", fake_child_env)
-    monkeypatch.setattr(register_mod, "preload_active", lambda: True)
+    monkeypatch.setattr(activation, "prepare_child_environment", fake_child_env)
+    monkeypatch.setattr(activation, "preload_active", lambda: True)
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
     monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")
     hooks = []
-    monkeypatch.setattr(register_mod, "hosts_engine", _real_hosts_engine)
-    monkeypatch.setattr(register_mod.os, "register_at_fork", lambda after_in_child: hooks.append(after_in_child))
+    monkeypatch.setattr(activation, "hosts_engine", _real_hosts_engine)
+    monkeypatch.setattr(activation.os, "register_at_fork", lambda after_in_child: hooks.append(after_in_child))
     register_mod.register()
     assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
     assert os.environ["LD_PRELOAD"] == "/opt/foundry/libfoundry.so"
@@ -425,12 +425,12 @@ def test_a_preloaded_first_process_keeps_fork(fake_vllm, recorded_activation, mo
 
 def test_first_process_sets_the_environment_but_installs_no_worker_seams(fake_vllm, recorded_activation,
                                                                           monkeypatch, tmp_path):
-    monkeypatch.setattr(register_mod, "hosts_engine", _real_hosts_engine)
-    monkeypatch.setattr(register_mod, "prepare_child_environment", fake_child_env)
+    monkeypatch.setattr(activation, "hosts_engine", _real_hosts_engine)
+    monkeypatch.setattr(activation, "prepare_child_environment", fake_child_env)
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
     register_mod.register()
     assert recorded_activation == {"worker": 0, "capture": 0} and os.environ["LD_PRELOAD"]
-    register_mod._reset_for_tests()
+    activation._reset_for_tests()
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine runs in this process
     register_mod.register()
     assert recorded_activation == {"worker": 1, "capture": 1}
@@ -448,7 +448,7 @@ def test_register_without_libfoundry_names_the_way_out(fake_vllm, recorded_activ
     def missing(**_kw):
         raise FileNotFoundError("libfoundry.so")
 
-    monkeypatch.setattr(register_mod, "prepare_child_environment", missing)
+    monkeypatch.setattr(activation, "prepare_child_environment", missing)
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
     with pytest.raises(StateError, match="--foundry-mode off"):
         register_mod.register()

@@ -4,6 +4,9 @@ Installed, it registers under SGLang's ``sglang.srt.plugins`` entry point (``reg
 ``python -m sglang.launch_server ... --foundry-archive DIR`` (or ``FOUNDRY_ARCHIVE=DIR`` for the
 offline ``sglang.Engine`` API): the first start captures as usual and writes the archive, later
 starts restore it. Everything here imports without SGLang; SGLang is imported only by the seams.
+Each module imports only those below it: the settings and the seams at the bottom, the mode
+checks, the adapter, the runtime, the patches, the activation and the CLI seam, and register (the
+entry point) on top.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ which copies the ServerArgs fields only (extra namespace keys are ignored; ``--c
 through the same parser). register() therefore wraps the static ``add_cli_args`` (adds the two
 flags) and the class method ``from_cli_args``: after it, the flags are exported as
 ``FOUNDRY_ARCHIVE`` / ``FOUNDRY_MODE`` so every process SGLang spawns later resolves the same
-settings, Foundry is activated in this process (environment for the children), and an unsupported
-configuration is refused here, before any scheduler starts. Flags win over the environment; the
-offline ``sglang.Engine(...)`` API cannot take unknown keywords, so it uses the environment alone.
+settings, Foundry is activated in this process (activation.py: environment for the children), and
+an unsupported configuration is refused here, before any scheduler starts. Flags win over the
+environment; the offline ``sglang.Engine(...)`` API cannot take unknown keywords, so it uses the
+environment alone.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from foundry_core.engine import Settings, flags
 from foundry_core.engine.flags import ARCHIVE_FLAG, MODE_FLAG, export, settings_from_args
 
-from sglang_foundry import modes, patching
+from sglang_foundry import activation, modes, patching
 
 logger = logging.getLogger("foundry.sglang")
 
@@ -38,10 +39,8 @@ def add_foundry_args(parser: Any) -> Any:
 def apply_cli_args(args: argparse.Namespace, server_args: Any = None) -> Settings | None:
     """Exports the flags, refuses an unsupported configuration and activates Foundry when the
     flags ask for it; returns the settings (None without flags)."""
-    from sglang_foundry.register import activate
-
     check = None if server_args is None else (lambda: modes.check_supported(server_args))
-    return flags.apply_cli_args(args, activate, check)
+    return flags.apply_cli_args(args, activation.activate, check)
 
 
 def wrap_add_cli_args(original: Callable[..., Any]) -> Callable[..., Any]:

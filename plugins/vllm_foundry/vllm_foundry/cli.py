@@ -5,8 +5,9 @@ calls ``load_general_plugins()`` first, "plugin may update the parser"). registe
 wraps the static ``EngineArgs.add_cli_args`` (adds the two flags) and the class method
 ``EngineArgs.from_cli_args`` (which copies dataclass fields only): after it, the flags are exported
 as ``FOUNDRY_ARCHIVE`` / ``FOUNDRY_MODE`` so every process vLLM starts later resolves the same
-settings, and Foundry is activated in this process (environment for the children, worker seams).
-Flags win over the environment; the offline ``LLM(...)`` API uses the environment alone.
+settings, and Foundry is activated in this process (activation.py: environment for the children,
+worker seams). Flags win over the environment; the offline ``LLM(...)`` API uses the environment
+alone.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from foundry_core.engine import Settings, flags
 from foundry_core.engine.flags import ARCHIVE_FLAG, MODE_FLAG, export, settings_from_args
 
-from vllm_foundry import patching, ranks
+from vllm_foundry import activation, patching, ranks
 
 logger = logging.getLogger("foundry.vllm")
 
@@ -35,9 +36,7 @@ def add_foundry_args(parser: Any) -> Any:
 
 def apply_cli_args(args: argparse.Namespace) -> Settings | None:
     """Exports the flags and activates Foundry when they ask for it; returns the settings."""
-    from vllm_foundry.register import activate
-
-    return flags.apply_cli_args(args, activate)
+    return flags.apply_cli_args(args, activation.activate)
 
 
 def wrap_add_cli_args(original: Callable[..., Any]) -> Callable[..., Any]:
