@@ -26,7 +26,9 @@ import os
 import threading
 from pathlib import Path
 
+from foundry_core.engine import triton_cache_manager
 from foundry_core.engine.host_caches import Copied, HostCaches
+from foundry_core.engine.triton_cache_manager import manager_class
 
 logger = logging.getLogger("foundry")
 
@@ -100,27 +102,22 @@ class TritonCarrier:
         return done
 
 
-_carrier: TritonCarrier | None = None
-
-
 def current() -> TritonCarrier | None:
     """This process's carrier (None: Triton's cache is not carried here)."""
-    return _carrier
+    carrier = triton_cache_manager.listener()
+    return carrier if isinstance(carrier, TritonCarrier) else None
 
 
 def install(carrier: TritonCarrier) -> bool:
     """Makes Triton open its cache directories through ``carrier`` in this process. False (and
     nothing changed) when Triton is not installed, predates ``triton.knobs`` (3.4), or the user
     chose another cache manager."""
-    global _carrier
     try:
         from triton import knobs
     except ImportError:
         logger.info("foundry: Triton's kernels are not carried in the archive: no Triton 3.4 or later here (no "
                     "triton.knobs); a LOAD on a new host compiles them")
         return False
-    from foundry_core.engine.triton_cache_manager import manager_class
-
     try:
         chosen = knobs.cache.manager_class  # reads TRITON_CACHE_MANAGER, which may name a bad class
     except Exception as exc:  # noqa: BLE001 - Triton reports the setting itself when it compiles
@@ -132,21 +129,18 @@ def install(carrier: TritonCarrier) -> bool:
         logger.info("foundry: Triton's cache is not carried in the archive: %s chooses another cache manager (%s)",
                     MANAGER_ENV, getattr(chosen, "__qualname__", chosen))
         return False
-    _carrier = carrier
+    triton_cache_manager.set_listener(carrier)
     knobs.cache.manager_class = manager
     return True
 
 
 def uninstall() -> None:
     """Gives Triton its default manager back (tests)."""
-    global _carrier
-    _carrier = None
+    triton_cache_manager.set_listener(None)
     try:
         from triton import knobs
     except ImportError:
         return
-    from foundry_core.engine.triton_cache_manager import manager_class
-
     if knobs.cache.manager_class is manager_class():
         del knobs.cache.manager_class  # back to TRITON_CACHE_MANAGER / the default
 
