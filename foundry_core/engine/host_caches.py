@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 import stat
 import uuid
 from collections.abc import Callable, Iterable
@@ -35,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from foundry_core.archive_names import BLOB_NAME, CACHES_DIR, LIST_NAME
 from foundry_core.engine import options
 from foundry_core.engine.layout import atomic_write_json, read_json_file
 from foundry_core.errors import ArchiveIOError, FormatError
@@ -42,11 +42,8 @@ from foundry_core.errors import ArchiveIOError, FormatError
 logger = logging.getLogger("foundry")
 
 ENABLE_ENV = "FOUNDRY_HOST_CACHES"
-CACHES_DIR = "host_caches"
-LIST_NAME = "host_caches.json"
 LIST_FORMAT = "foundry-host-caches"
 LIST_VERSION = 1
-BLOB_NAME = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 1 << 20
 
 

@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from foundry_core.archive_names import ENGINE_INFO_NAME
 from foundry_core.errors import ArchiveIOError, FormatError, InvalidArgumentError, MismatchError
 
-ENGINE_INFO_NAME = "engine.json"
 ENGINE_INFO_FORMAT = "foundry-engine"
 ENGINE_INFO_VERSION = 1
 RANK_PREFIX = "rank"

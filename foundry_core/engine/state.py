@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from foundry_core.archive_names import STATE_NAME
 from foundry_core.engine.layout import atomic_write_json, read_json_file
 from foundry_core.errors import FormatError, InvalidArgumentError
 
-STATE_NAME = "engine_state.json"
 STATE_FORMAT = "foundry-engine-state"
 STATE_VERSION = 1
 _INT_FIELDS = ("kv_cache_bytes", "kv_cache_blocks", "region_base", "region_size", "region_high_water",
