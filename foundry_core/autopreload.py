@@ -15,6 +15,12 @@ runs :func:`maybe_reexec` in every interpreter. So this module imports nothing b
 - libfoundry.so is not in ``LD_PRELOAD`` yet, and this is not already a restarted process;
 - the command can be replayed (not an interactive session, not a script read from stdin);
 - ``FOUNDRY_AUTOPRELOAD`` is not 0/false/no/off (the way to turn this off).
+
+In a process that asks for Foundry and already runs under the preload (the restarted one), it runs
+the installed plugins' early starts instead: the entry points of the ``foundry.early_start``
+group, each a function of no arguments that decides for itself whether the command is its
+engine's and then starts, in the background, what overlaps the engine's own imports (SGLang's
+fork server, say). Not in multiprocessing's children, and not with ``FOUNDRY_EARLY_START=0``.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 
 DISABLE_ENV = "FOUNDRY_AUTOPRELOAD"
+EARLY_START_ENV = "FOUNDRY_EARLY_START"
+EARLY_START_GROUP = "foundry.early_start"
 RESTARTED_ENV = "FOUNDRY_AUTOPRELOAD_RESTARTED"
 ARCHIVE_FLAG = "--foundry-archive"
 MODE_FLAG = "--foundry-mode"
@@ -105,3 +113,46 @@ def _say(reason: str) -> None:
     this early): the engine plugin then spawns its GPU processes, which is slower."""
     sys.stderr.write(f"foundry: not restarting under the libfoundry.so preload ({reason}); the engine plugin "
                      f"will start its GPU processes with spawn. {DISABLE_ENV}=0 silences this.\n")
+
+
+def at_startup() -> None:
+    """What the .pth file runs in every interpreter."""
+    if not maybe_reexec():
+        run_early_starts()
+
+
+def is_multiprocessing_child(argv: Sequence[str]) -> bool:
+    """Whether this interpreter is a multiprocessing child (spawn's or the fork server's), which
+    runs ``-c`` with the module's bootstrap, or a resource tracker."""
+    return bool(argv) and argv[0] == "-c"
+
+
+def wants_early_starts(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
+    if environ.get(EARLY_START_ENV, "").strip().lower() in _FALSE:
+        return False
+    return preloaded(environ) and wants_foundry(argv, environ) and not is_multiprocessing_child(argv)
+
+
+def run_early_starts(load_entry_points: Callable[[], Sequence[object]] | None = None) -> int:
+    """Calls every ``foundry.early_start`` entry point when :func:`wants_early_starts`; returns
+    how many ran. Never raises: a failing one is reported on stderr and start-up goes on."""
+    try:
+        if not wants_early_starts(sys.argv, os.environ):
+            return 0
+        if load_entry_points is None:
+            from importlib.metadata import entry_points  # only now: it costs tens of milliseconds
+
+            eps = list(entry_points(group=EARLY_START_GROUP))
+        else:
+            eps = list(load_entry_points())
+    except Exception as exc:  # noqa: BLE001 - never break interpreter start-up
+        sys.stderr.write(f"foundry: early starts skipped ({type(exc).__name__}: {exc})\n")
+        return 0
+    ran = 0
+    for ep in eps:
+        try:
+            ep.load()()
+            ran += 1
+        except Exception as exc:  # noqa: BLE001 - one plugin's failure must not stop the others
+            sys.stderr.write(f"foundry: early start {getattr(ep, 'name', ep)!s} failed ({type(exc).__name__}: {exc})\n")
+    return ran

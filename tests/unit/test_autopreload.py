@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +120,57 @@ def test_installed_hook_restarts_a_real_interpreter(tmp_path, extra, env, restar
     result = json.loads(out.strip().splitlines()[-1])
     assert (result["restarted"] == "1") is restarted
     assert result["active"] is restarted  # restarted processes run with libfoundry.so preloaded
+
+
+# ---- early starts: in the restarted process, the plugins' start-up work ------------------
+
+PRELOADED = {"LD_PRELOAD": "/site/foundry_core/libfoundry.so", "FOUNDRY_ARCHIVE": "/a"}
+
+
+@pytest.mark.parametrize("argv, env, wanted", [
+    (["m.py"], PRELOADED, True),
+    (["m.py", "--foundry-archive", "/a"], {"LD_PRELOAD": "/x/libfoundry.so"}, True),
+    (["m.py"], {"FOUNDRY_ARCHIVE": "/a"}, False),  # not restarted yet: the restarted process does it
+    (["m.py"], {"LD_PRELOAD": "/x/libfoundry.so"}, False),  # Foundry not asked for
+    (["m.py"], {**PRELOADED, "FOUNDRY_MODE": "off"}, False),
+    (["m.py"], {**PRELOADED, "FOUNDRY_EARLY_START": "0"}, False),
+    (["-c"], PRELOADED, False),  # a multiprocessing child (spawn's, the fork server's)
+])
+def test_when_early_starts_run(argv, env, wanted):
+    assert ap.wants_early_starts(argv, env) is wanted
+
+
+class _EntryPoint:
+    def __init__(self, name, fn):
+        self.name, self._fn = name, fn
+
+    def load(self):
+        return self._fn
+
+
+def test_early_starts_run_each_plugin_and_survive_a_failing_one(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["m.py"])
+    for k, v in PRELOADED.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("FOUNDRY_MODE", raising=False)
+    monkeypatch.delenv("FOUNDRY_EARLY_START", raising=False)
+    calls = []
+
+    def broken():
+        raise RuntimeError("no socket")
+
+    eps = [_EntryPoint("broken", broken), _EntryPoint("fine", lambda: calls.append("fine"))]
+    assert ap.run_early_starts(lambda: eps) == 1
+    assert calls == ["fine"]
+    assert "early start broken failed (RuntimeError: no socket)" in capsys.readouterr().err
+
+
+def test_no_early_start_without_the_preload(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["m.py", "--foundry-archive", "/a"])
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    assert ap.run_early_starts(lambda: pytest.fail("entry points read without the preload")) == 0
+
+
+def test_the_pth_file_runs_the_start_up_entry():
+    pth = (Path(ap.__file__).parent / "foundry-autopreload.pth").read_text()
+    assert pth.strip() == "import _foundry_autopreload; _foundry_autopreload.at_startup()"
