@@ -1,0 +1,77 @@
+"""Imported by the fork server (``fork_server.py``) before it forks any child: imports what SGLang's
+scheduler and detokenizer processes import, then writes whether the process is still safe to fork
+from. Never raises (multiprocessing's fork server would end on anything but an ImportError, and
+every launch would then fail): a failed import or an unsafe state is written to the status file,
+and the launches fall back to spawn.
+
+Safe means: CUDA was not initialised (no libcuda mapped into the process: the driver cannot be used
+in a child forked after it was), and no thread besides the main one runs (a fork copies only the
+forking thread, and any lock another thread held stays locked in the child).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+from sglang_foundry.fork_server import STATUS_ENV
+
+# What a scheduler and a detokenizer import before they do anything (their spawn targets' modules).
+MODULES = ("sglang.srt.managers.scheduler", "sglang.srt.managers.detokenizer_manager")
+
+
+def cuda_mapped(maps_path: str = "/proc/self/maps") -> bool:
+    """Whether the CUDA driver library is mapped into this process."""
+    try:
+        with open(maps_path) as f:
+            return any("libcuda.so" in line for line in f)
+    except OSError:
+        return True  # cannot tell: assume the worst
+
+
+def unsafe_reason(maps_path: str = "/proc/self/maps") -> str | None:
+    """Why forking from this process would not give working children; None when it is safe."""
+    if cuda_mapped(maps_path):
+        return "importing SGLang loaded the CUDA driver (libcuda) into the fork server"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "importing SGLang initialised CUDA in the fork server"
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if others:
+        return f"importing SGLang started threads in the fork server ({', '.join(others[:5])})"
+    return None
+
+
+def write_status(path: str, status: dict) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(status, f)
+    os.replace(tmp, path)  # the main process never reads half a file
+
+
+def run(modules=MODULES, path: str | None = None) -> dict:
+    """Imports ``modules``, checks the process, writes the status; returns it."""
+    start = time.perf_counter()
+    try:
+        for name in modules:
+            __import__(name)
+        why = unsafe_reason()
+    except BaseException as exc:  # noqa: BLE001 - see the module docstring
+        why = f"importing SGLang failed ({type(exc).__name__}: {exc})"
+    status = {"safe": why is None, "why": why or "", "import_s": round(time.perf_counter() - start, 3),
+              "pid": os.getpid()}
+    path = path or os.environ.get(STATUS_ENV)
+    if path:
+        try:
+            write_status(path, status)
+        except OSError:
+            pass  # the main process times out waiting and spawns
+    return status
+
+
+# Only the fork server has the variable (fork_server.start sets it for that process alone).
+if os.environ.get(STATUS_ENV):
+    run()

@@ -1,0 +1,242 @@
+"""sglang-foundry's fork server: when SGLang's children are forked from it and when they are
+spawned, that a forked child runs under the main process's environment as it was at start(), and
+the switch that turns it off. The end-to-end cases run multiprocessing's real fork server over a
+synthetic ``sglang`` package written by the test."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sglang_foundry import fork_server as fs
+from sglang_foundry import fork_server_preload as preload
+
+# ---- which commands start SGLang's server -------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["python3", "-m", "sglang.launch_server", "--model-path", "m"], True),
+    (["python3", "-u", "-m", "sglang.launch_server"], True),
+    (["python3", "-msglang.launch_server"], True),
+    (["/usr/bin/python3", "/venv/bin/sglang", "serve", "--model-path", "m"], True),
+    (["python3", "/venv/bin/sglang", "version"], False),
+    (["python3", "-m", "sglang.bench_serving"], False),
+    (["python3", "-c", "import sglang"], False),
+    (["python3", "script.py", "-m", "sglang.launch_server"], False),
+    (["python3"], False),
+])
+def test_only_the_server_commands_start_a_fork_server(argv, expected):
+    assert fs.starts_server(argv) is expected
+
+
+@pytest.mark.parametrize("value, expected", [("", True), ("1", True), ("0", False), ("off", False), ("No", False)])
+def test_the_switch(value, expected):
+    assert fs.enabled({fs.SWITCH_ENV: value}) is expected
+
+
+def test_switched_off_nothing_starts(monkeypatch):
+    monkeypatch.setenv(fs.SWITCH_ENV, "0")
+    monkeypatch.setattr(sys, "orig_argv", ["python3", "-m", "sglang.launch_server"])
+    monkeypatch.setattr(fs, "start", lambda *a, **k: pytest.fail("the fork server started although switched off"))
+    fs.start_early()
+
+
+def test_a_failing_start_is_reported_and_swallowed(monkeypatch, capsys):
+    monkeypatch.delenv(fs.SWITCH_ENV, raising=False)
+    monkeypatch.setattr(sys, "orig_argv", ["python3", "-m", "sglang.launch_server"])
+
+    def broken(*_a, **_k):
+        raise OSError("no socket")
+
+    monkeypatch.setattr(fs, "start", broken)
+    fs.start_early()
+    assert "fork server did not start (OSError: no socket)" in capsys.readouterr().err
+
+
+# ---- the launch decision ------------------------------------------------------------------
+
+
+def _state(status: dict | None, ld_preload: str = "") -> fs._State:
+    state = fs._State()
+    if status is not None:
+        state.started("/nonexistent/status.json", ld_preload)
+        state._status = status
+    return state
+
+
+SAFE = {"safe": True, "why": ""}
+
+
+def test_a_child_is_forked_when_nothing_stands_against_it():
+    assert fs.spawn_reason(_state(SAFE), {}, sys.executable) is None
+
+
+@pytest.mark.parametrize("state, env, exe, words", [
+    (_state(None), {}, sys.executable, "no fork server is running"),
+    (_state(SAFE), {}, "/tmp/numactl-wrapper.sh", "NUMA binding"),
+    (_state(SAFE, "/lib/libfoundry.so"), {"LD_PRELOAD": "/lib/libfoundry.so:/lib/torch_memory_saver.so"},
+     sys.executable, "another LD_PRELOAD"),
+    (_state({"safe": False, "why": "importing SGLang loaded the CUDA driver"}), {}, sys.executable,
+     "not safe to fork from: importing SGLang loaded the CUDA driver"),
+])
+def test_a_child_is_spawned_with_the_reason(state, env, exe, words):
+    reason = fs.spawn_reason(state, env, exe)
+    assert reason is not None and words in reason
+
+
+def test_the_status_is_awaited_until_the_server_writes_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(fs, "_server_alive", lambda: True)
+    path = tmp_path / "status.json"
+    threading.Timer(0.3, lambda: preload.write_status(str(path), {"safe": True, "why": ""})).start()
+    start = time.monotonic()
+    assert fs.read_status(str(path), timeout_s=10)["safe"] is True
+    assert time.monotonic() - start >= 0.25
+
+
+def test_a_status_that_never_comes_spawns(tmp_path, monkeypatch):
+    monkeypatch.setattr(fs, "_server_alive", lambda: True)
+    status = fs.read_status(str(tmp_path / "never.json"), timeout_s=0.2)
+    assert status["safe"] is False and "had not finished importing" in status["why"]
+
+
+def test_a_dead_fork_server_spawns_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(fs, "_server_alive", lambda: False)
+    start = time.monotonic()
+    status = fs.read_status(str(tmp_path / "never.json"), timeout_s=60)
+    assert status["safe"] is False and "exited" in status["why"]
+    assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", "{\"safe\": \"yes\"}", "{not json"])
+def test_a_malformed_status_spawns(tmp_path, content):
+    path = tmp_path / "status.json"
+    path.write_text(content)
+    assert fs.read_status(str(path), timeout_s=1)["safe"] is False
+
+
+def test_a_forked_child_takes_the_environment_of_its_start(monkeypatch):
+    seen = {}
+    target = fs.InEnviron({"ONLY": "this"}, lambda x: seen.update(x=x, env=dict(os.environ)))
+    monkeypatch.setenv("STALE", "from the fork server")
+    saved = dict(os.environ)
+    try:
+        target(3)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert seen == {"x": 3, "env": {"ONLY": "this"}}
+
+
+def test_the_engine_module_view_forks_only_processes():
+    import multiprocessing
+
+    view = fs.ForkingMultiprocessing(multiprocessing)
+    assert view.Process is fs.ForkedProcess
+    assert view.Pipe is multiprocessing.Pipe and view.set_start_method is multiprocessing.set_start_method
+
+
+# ---- the fork server's own checks ---------------------------------------------------------
+
+
+def test_a_fork_server_with_the_cuda_driver_mapped_is_unsafe(tmp_path):
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 0 0:0 0 /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04\n")
+    assert "CUDA driver" in preload.unsafe_reason(str(maps))
+
+
+def test_a_fork_server_with_a_thread_is_unsafe(tmp_path):
+    maps = tmp_path / "maps"
+    maps.write_text("")
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="engine-import-helper")
+    t.start()
+    try:
+        assert "engine-import-helper" in preload.unsafe_reason(str(maps))
+    finally:
+        stop.set()
+        t.join()
+    assert preload.unsafe_reason(str(maps)) is None
+
+
+def test_a_failed_import_is_written_not_raised(tmp_path):
+    path = tmp_path / "status.json"
+    status = preload.run(modules=("no_such_module_here",), path=str(path))
+    assert status["safe"] is False and "ModuleNotFoundError" in status["why"]
+    assert json.loads(path.read_text()) == status
+
+
+# ---- end to end: multiprocessing's fork server over a synthetic SGLang ---------------------
+
+SCHEDULER = """
+import json, os, threading
+IMPORTED_IN = os.getpid()
+if os.environ.get("FAKE_SGLANG_THREAD"):
+    threading.Thread(target=threading.Event().wait, name="fake-sglang-worker", daemon=True).start()
+
+def run_scheduler_process(out):
+    with open(out, "w") as f:
+        json.dump({"pid": os.getpid(), "ppid": os.getppid(), "imported_in": IMPORTED_IN,
+                   "mark": os.environ.get("MARK"), "status_env": os.environ.get("%s")}, f)
+"""
+
+DRIVER = """
+import json, logging, os, sys
+from sglang_foundry import fork_server as fs
+from sglang.srt.managers import scheduler
+
+if __name__ == "__main__":  # a child imports this file again, as SGLang's children import launch_server
+    logging.basicConfig(level=logging.INFO)
+    fs.start()
+    os.environ["MARK"] = "set after the fork server started"
+    out = sys.argv[1]
+    p = fs.ForkedProcess(target=scheduler.run_scheduler_process, args=(out,))
+    p.start()
+    p.join(60)
+    child = json.load(open(out))
+    child.update(main=os.getpid(), exitcode=p.exitcode, status=fs._STATE.status())
+    print(json.dumps(child))
+"""
+
+
+def _run_driver(tmp_path: Path, **env: str) -> tuple[dict, str]:
+    pkg = tmp_path / "sglang" / "srt" / "managers"
+    pkg.mkdir(parents=True)
+    for d in (tmp_path / "sglang", tmp_path / "sglang" / "srt", pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "scheduler.py").write_text(SCHEDULER % fs.STATUS_ENV)
+    (pkg / "detokenizer_manager.py").write_text("")
+    driver = tmp_path / "driver.py"
+    driver.write_text(textwrap.dedent(DRIVER))
+    path = os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])
+    proc = subprocess.run([sys.executable, str(driver), str(tmp_path / "child.json")], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": path, "TMPDIR": str(tmp_path), **env})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_a_child_is_forked_from_a_server_that_imported_sglang(tmp_path):
+    child, _ = _run_driver(tmp_path)
+    assert child["exitcode"] == 0
+    assert child["status"]["safe"] is True
+    assert child["imported_in"] != child["pid"]  # the module was imported before the fork
+    assert child["ppid"] != child["main"]  # its parent is the fork server
+    assert child["mark"] == "set after the fork server started"  # the main process's environment
+    assert child["status_env"] is None  # the fork server's own variables stay there
+
+
+def test_an_unsafe_fork_server_makes_the_child_spawn_and_says_why(tmp_path):
+    child, log = _run_driver(tmp_path, FAKE_SGLANG_THREAD="1")
+    assert child["exitcode"] == 0
+    assert child["status"]["safe"] is False and "fake-sglang-worker" in child["status"]["why"]
+    assert child["imported_in"] == child["pid"]  # spawned: it imported the module itself
+    assert child["ppid"] == child["main"]
+    assert child["mark"] == "set after the fork server started"
+    assert "scheduler is spawned, not forked from the fork server" in log and "fake-sglang-worker" in log
