@@ -1,0 +1,107 @@
+"""Patching TensorRT-LLM's modules as they are imported (TensorRT-LLM has no plugin entry point).
+
+:func:`install` (called by the start-up hook ``_trtllm_foundry_hook`` when Foundry is active) puts
+one finder first on ``sys.meta_path``. For the few modules that hold seams (:data:`TARGETS`) it
+finds the module's spec through the other finders and wraps its loader: right after the module's
+own code has run, the plugin's patch modules wrap that module's seams (:mod:`trtllm_foundry.seams`).
+Every other import is answered "not mine" after one dict lookup. Modules already imported when
+:func:`install` runs are patched at once.
+
+This module imports nothing of TensorRT-LLM and nothing of the plugin's patch modules until a
+target module is imported, so installing it costs next to nothing. Installing twice installs one
+finder; patching is idempotent (:mod:`trtllm_foundry.patching`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+from types import ModuleType
+from typing import Any
+
+__all__ = ["TARGETS", "install", "uninstall", "installed", "patch_module", "PatchingFinder"]
+
+# TensorRT-LLM module -> the plugin modules whose install(module) wraps the seams it holds
+# (tests/unit/test_trtllm_hook.py checks this against the seam table and the wrappers).
+TARGETS: dict[str, tuple[str, ...]] = {
+    "tensorrt_llm.commands.serve": ("trtllm_foundry.cli",),
+    "tensorrt_llm.llmapi.llm": ("trtllm_foundry.llm_patches",),
+    "tensorrt_llm._torch.pyexecutor.model_engine": ("trtllm_foundry.worker_patches", "trtllm_foundry.capture_patches"),
+    "tensorrt_llm._torch.pyexecutor._util": ("trtllm_foundry.worker_patches",),
+    "tensorrt_llm._torch.pyexecutor.cuda_graph_runner": ("trtllm_foundry.capture_patches",),
+}
+
+
+def patch_module(name: str) -> None:
+    """Wraps the seams of TensorRT-LLM module ``name`` (already in sys.modules)."""
+    for plugin_module in TARGETS.get(name, ()):
+        importlib.import_module(plugin_module).install(name)
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """The module's own loader, then :func:`patch_module`; everything else is the inner loader's."""
+
+    def __init__(self, inner: Any, name: str) -> None:
+        self._inner = inner
+        self._name = name
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._inner.exec_module(module)
+        patch_module(self._name)
+
+    def __getattr__(self, attr: str) -> Any:  # get_source, get_filename, is_package, resource readers
+        return getattr(self._inner, attr)
+
+
+class PatchingFinder(importlib.abc.MetaPathFinder):
+    """Finds the target modules through the finders after it and wraps their loaders."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in TARGETS or getattr(self._local, "busy", False):
+            return None
+        self._local.busy = True
+        try:
+            spec = None
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self._local.busy = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _PatchingLoader(spec.loader, fullname)
+        return spec
+
+
+def installed() -> PatchingFinder | None:
+    """The finder installed in this process, or None."""
+    return next((f for f in sys.meta_path if isinstance(f, PatchingFinder)), None)
+
+
+def install() -> PatchingFinder:
+    """Installs the finder once (first on sys.meta_path) and patches the targets already imported."""
+    finder = installed()
+    if finder is None:
+        finder = PatchingFinder()
+        sys.meta_path.insert(0, finder)
+    for name in TARGETS:
+        if name in sys.modules:
+            patch_module(name)
+    return finder
+
+
+def uninstall() -> None:
+    """Removes the finder (tests); patched modules stay patched."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, PatchingFinder)]
