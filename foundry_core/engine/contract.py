@@ -113,6 +113,9 @@ def _find(tree: ast.Module, qualname: str) -> tuple[ast.AST | None, bool]:
             elif (isinstance(stmt, ast.ImportFrom) and i == 0
                   and any((al.asname or al.name) == part for al in stmt.names)):
                 found = stmt
+            elif (isinstance(stmt, ast.Import) and i == 0 and len(parts) == 1
+                  and any((al.asname or al.name.split(".")[0]) == part for al in stmt.names)):
+                found = stmt  # a module the engine imports under this name (`import multiprocessing as mp`)
         if found is None:
             return None, False
         node = found

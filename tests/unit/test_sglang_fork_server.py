@@ -163,7 +163,8 @@ def test_a_fork_server_with_a_thread_is_unsafe(tmp_path):
     finally:
         stop.set()
         t.join()
-    assert preload.unsafe_reason(str(maps)) is None
+    # Other tests of this process may leave threads of their own: only this one must be gone.
+    assert "engine-import-helper" not in (preload.unsafe_reason(str(maps)) or "")
 
 
 def test_a_failed_import_is_written_not_raised(tmp_path):

@@ -536,6 +536,17 @@ FAKE_SOURCES = {
 
         def _launch_subprocesses(server_args):
             _set_envs_and_config(server_args)
+
+        class Engine:
+            @classmethod
+            def _launch_scheduler_processes(cls, server_args, port_args, run_scheduler_process_func):
+                proc = mp.Process(target=run_scheduler_process_func, args=(server_args, port_args))
+                return proc, type(mp).__name__
+
+            @classmethod
+            def _launch_detokenizer_subprocesses(cls, server_args, port_args, run_detokenizer_process_func):
+                proc = mp.Process(target=run_detokenizer_process_func, args=(server_args, port_args))
+                return proc, type(mp).__name__
     """,
 }
 
@@ -651,6 +662,41 @@ def test_scheduler_processes_are_told_apart_by_their_spawn_target(fake_sglang, m
     for target, expected in ((sched.run_scheduler_process, True), (sched.run_detokenizer_process, False), (None, True)):
         monkeypatch.setattr(multiprocessing, "current_process", lambda t=target: types.SimpleNamespace(_target=t))
         assert register_mod.hosts_scheduler() is expected, target
+
+
+def test_forked_children_are_told_apart_through_their_environment_target(fake_sglang, monkeypatch):
+    from sglang_foundry.fork_server import InEnviron
+
+    sched = fake_sglang["sglang.srt.managers.scheduler"]
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())
+    for target, expected in ((sched.run_scheduler_process, True), (sched.run_detokenizer_process, False)):
+        wrapped = InEnviron({}, target)
+        monkeypatch.setattr(multiprocessing, "current_process", lambda t=wrapped: types.SimpleNamespace(_target=t))
+        assert register_mod.hosts_scheduler() is expected, target
+
+
+@pytest.mark.parametrize("server_running", [True, False])
+def test_the_main_process_forks_its_children_only_with_a_fork_server(fake_sglang, recorded_activation, monkeypatch,
+                                                                     tmp_path, server_running):
+    from sglang_foundry import fork_server
+
+    state = fork_server._State()
+    if server_running:
+        state.started(str(tmp_path / "status.json"), os.environ.get("LD_PRELOAD", ""))
+    monkeypatch.setattr(fork_server, "_STATE", state)
+    monkeypatch.setattr(activation, "hosts_scheduler", lambda: False)
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: None)
+    monkeypatch.setattr(activation, "prepare_child_environment", fake_child_env)
+    monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
+    register_mod.register()
+    engine = fake_sglang["sglang.srt.entrypoints.engine"]
+    plain = engine.mp
+    for launch in (engine.Engine._launch_scheduler_processes, engine.Engine._launch_detokenizer_subprocesses):
+        proc, view = launch(None, None, print)
+        assert isinstance(proc, fork_server.ForkedProcess) is server_running
+        assert (view == "ForkingMultiprocessing") is server_running
+        assert engine.mp is plain  # only for the call
+    assert recorded_activation == {"worker": 0, "capture": 0}
 
 
 def test_register_keeps_a_users_strict_setting_and_mode_off(fake_sglang, recorded_activation, monkeypatch, tmp_path):

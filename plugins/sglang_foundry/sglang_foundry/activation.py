@@ -5,7 +5,8 @@ Foundry active (set by the user for ``sglang.Engine(...)``, or exported by the f
 process and inherited by the children), and the CLI seam (cli.py), when the flags arrive after the
 entry point ran. It sets the child environment (libfoundry.so in ``LD_PRELOAD``, the NCCL settings,
 the FOUNDRY_* variables, ``FOUNDRY_STRICT=1`` unless set), logging for the ``foundry`` logger, and,
-in scheduler processes (:func:`hosts_scheduler`), the worker and capture seams.
+in scheduler processes (:func:`hosts_scheduler`), the worker and capture seams; in the main process,
+when it started a fork server, the launch seams that fork SGLang's children from it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from foundry_core.engine import Settings, prepare_child_environment
 from foundry_core.engine.environment import plugin_child_environment
 from foundry_core.engine.registration import PluginRegistration
 
-from sglang_foundry import capture_patches, modes, worker_patches
+from sglang_foundry import capture_patches, fork_patches, modes, worker_patches
 
 logger = logging.getLogger("foundry.sglang")
 
@@ -58,6 +59,8 @@ def _install_seams_here() -> None:
     if hosts_scheduler():
         worker_patches.install()
         capture_patches.install()
+    elif multiprocessing.parent_process() is None:
+        fork_patches.install()  # the main process: its children forked from the fork server
 
 
 def _reset_for_tests() -> None:

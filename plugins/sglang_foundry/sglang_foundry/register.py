@@ -13,13 +13,14 @@ processes apart.
 - When FOUNDRY_ARCHIVE / FOUNDRY_MODE make Foundry active: ``activate()`` (activation.py: the
   child environment, logging, and in scheduler processes the worker and capture seams).
 
-**No start-method change.** SGLang spawns its children: ``_set_envs_and_config``
+**The start method stays SGLang's.** SGLang spawns its children: ``_set_envs_and_config``
 (``srt/entrypoints/engine.py``, 0.5.17 :1574) calls ``mp.set_start_method("spawn", force=True)``
 (:1670) in the main process just before ``_launch_scheduler_processes`` starts one
 ``mp.Process(run_scheduler_process)`` per rank, and a spawned child passes the start method on to
 its own children (the DP controller's schedulers). A spawned child execs a fresh interpreter with
-the main process's ``os.environ``, so the ``LD_PRELOAD`` set here reaches every scheduler; nothing
-has to be patched at the spawn sites.
+the main process's ``os.environ``, so the ``LD_PRELOAD`` set here reaches every scheduler. When
+the start-up hook started the fork server (fork_server.py), the two launch sites fork the
+scheduler and the detokenizer from it instead, under the same environment (fork_patches.py).
 
 **Why our Patcher, not SGLang's HookRegistry.** SGLang's ``HookRegistry`` could wrap the same
 methods, but (1) one declarative seam table (``seams.py``) then drives both the patching and the

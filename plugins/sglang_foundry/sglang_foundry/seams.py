@@ -55,6 +55,17 @@ SEAMS: tuple[Seam, ...] = (
     Seam("process.start_method", "sglang.srt.entrypoints.engine", "_set_envs_and_config", "function",
          params=("server_args",), calls=("mp.set_start_method",),
          purpose="SGLang spawns its children, so the LD_PRELOAD the main process sets reaches every scheduler"),
+    # The fork server (fork_server.py): only in the main process, only when it runs.
+    Seam("process.launch_schedulers", "sglang.srt.entrypoints.engine", "Engine._launch_scheduler_processes",
+         "classmethod", params=("cls", "server_args", "port_args"), calls=("mp.Process",),
+         purpose="starts the scheduler processes through engine.py's `mp`, which the plugin makes fork them "
+                 "from the fork server for the call"),
+    Seam("process.launch_detokenizers", "sglang.srt.entrypoints.engine", "Engine._launch_detokenizer_subprocesses",
+         "classmethod", params=("cls", "server_args", "port_args"), calls=("mp.Process",),
+         purpose="starts the detokenizer through engine.py's `mp`, like the schedulers"),
+    Seam("process.engine_mp", "sglang.srt.entrypoints.engine", "mp", "constant",
+         purpose="the multiprocessing module engine.py starts its children through, replaced by a view that "
+                 "forks them during the two launches"),
     # ---- command line ----------------------------------------------------------------------
     # Not required: without them register() warns that the flags are unavailable, and
     # FOUNDRY_ARCHIVE / FOUNDRY_MODE still work (as with sglang.Engine).
