@@ -26,6 +26,7 @@ import functools
 import hashlib
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -88,6 +89,18 @@ class TrtllmAdapter(EngineAdapter):
                  environ: Mapping[str, str] | None = None) -> None:
         super().__init__(engine_version=engine_version, environ=environ)
         self.llm_args = llm_args
+
+    def installed_engine_version(self) -> str:
+        """``engine_version`` when given, else the installed distribution's version, else the
+        ``__version__`` of the ``tensorrt_llm`` package this worker imported (a source tree)."""
+        if self._version:
+            return self._version
+        try:
+            from importlib import metadata
+
+            return metadata.version(DISTRIBUTION)
+        except Exception:  # noqa: BLE001 - not installed as a distribution
+            return str(getattr(sys.modules.get(ENGINE_NAME), "__version__", "unknown"))
 
     # ---- required hooks ----------------------------------------------------------------------
 

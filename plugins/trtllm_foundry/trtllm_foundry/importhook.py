@@ -8,19 +8,16 @@ Every other import is answered "not mine" after one dict lookup. Modules already
 :func:`install` runs are patched at once.
 
 This module imports nothing of TensorRT-LLM and nothing of the plugin's patch modules until a
-target module is imported, so installing it costs next to nothing. Installing twice installs one
+target module is imported (nor ``importlib.abc``, ``typing`` or ``threading``: the finder and
+loader protocols need no base class), so installing it costs next to nothing. Installing twice installs one
 finder; patching is idempotent (:mod:`trtllm_foundry.patching`).
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
 import sys
-import threading
 from types import ModuleType
-from typing import Any
 
 __all__ = ["TARGETS", "install", "uninstall", "installed", "patch_module", "PatchingFinder"]
 
@@ -41,34 +38,34 @@ def patch_module(name: str) -> None:
         importlib.import_module(plugin_module).install(name)
 
 
-class _PatchingLoader(importlib.abc.Loader):
+class _PatchingLoader:
     """The module's own loader, then :func:`patch_module`; everything else is the inner loader's."""
 
-    def __init__(self, inner: Any, name: str) -> None:
+    def __init__(self, inner: object, name: str) -> None:
         self._inner = inner
         self._name = name
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+    def create_module(self, spec: object) -> ModuleType | None:
         return self._inner.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self._inner.exec_module(module)
         patch_module(self._name)
 
-    def __getattr__(self, attr: str) -> Any:  # get_source, get_filename, is_package, resource readers
+    def __getattr__(self, attr: str) -> object:  # get_source, get_filename, is_package, resource readers
         return getattr(self._inner, attr)
 
 
-class PatchingFinder(importlib.abc.MetaPathFinder):
+class PatchingFinder:
     """Finds the target modules through the finders after it and wraps their loaders."""
 
     def __init__(self) -> None:
-        self._local = threading.local()
+        self._busy: set[str] = set()  # names being looked up through the other finders
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in TARGETS or getattr(self._local, "busy", False):
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> object:
+        if fullname not in TARGETS or fullname in self._busy:
             return None
-        self._local.busy = True
+        self._busy.add(fullname)
         try:
             spec = None
             for finder in sys.meta_path:
@@ -78,7 +75,7 @@ class PatchingFinder(importlib.abc.MetaPathFinder):
                 if spec is not None:
                     break
         finally:
-            self._local.busy = False
+            self._busy.discard(fullname)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         spec.loader = _PatchingLoader(spec.loader, fullname)
