@@ -152,10 +152,12 @@ def test_the_save_script_leaves_graph_json_and_hook_archive(verbatim):
     assert any(p.is_file() and p.stat().st_size > 0 for p in archive.rglob("*")), "hook_archive/ holds no kernel image"
 
 
-def test_the_save_script_leaves_graph_cugraph_as_the_readme_says(verbatim):
-    # The README's comment on graph.save: "Produces BOTH graph.json and graph.cugraph".
+def test_the_save_script_leaves_one_payload_beside_the_manifest(verbatim):
+    # The original README names the binary graph file graph.cugraph; Foundry's payload has its own
+    # format (graph.fgr), so it keeps its own name rather than pass for the original's.
     workdir, _ = verbatim
-    assert (workdir / "graph.cugraph").is_file(), sorted(p.name for p in workdir.iterdir())
+    assert (workdir / "graph.fgr").is_file(), sorted(p.name for p in workdir.iterdir())
+    assert not (workdir / "graph.cugraph").exists()
 
 
 def test_a_model_with_weights_restores_when_load_allocates_them_as_save_did(tmp_path):
