@@ -224,7 +224,8 @@ def _run_driver(tmp_path: Path, **env: str) -> tuple[dict, str]:
 
 
 def test_a_child_is_forked_from_a_server_that_imported_sglang(tmp_path):
-    child, _ = _run_driver(tmp_path)
+    child, log = _run_driver(tmp_path)
+    assert "scheduler is forked from the fork server (which imported SGLang in" in log
     assert child["exitcode"] == 0
     assert child["status"]["safe"] is True
     assert child["imported_in"] != child["pid"]  # the module was imported before the fork

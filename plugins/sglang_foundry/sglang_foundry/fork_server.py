@@ -147,6 +147,12 @@ class _State:
                 {"safe": False, "why": "no fork server was started (see FOUNDRY_SGLANG_FORK_SERVER)"}
         return self._status
 
+    def say_forked(self, what: str) -> None:
+        if what not in self._said:
+            self._said.add(what)
+            logger.info("foundry: SGLang's %s is forked from the fork server (which imported SGLang in %.2f s)",
+                        what, float(self.status().get("import_s", 0.0)))
+
     def say_once(self, what: str, reason: str) -> None:
         if reason not in self._said:
             self._said.add(reason)
@@ -234,6 +240,7 @@ class ForkedProcess(multiprocessing.context.ForkServerProcess):
         reason = spawn_reason()
         if reason is None and self._target is not None:
             self._foundry_forked = True
+            _STATE.say_forked(_describe(self._target))
             self._target = InEnviron(dict(os.environ), self._target)
         else:
             _STATE.say_once(_describe(self._target), reason or "it has no target to run")
