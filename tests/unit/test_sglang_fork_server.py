@@ -146,25 +146,53 @@ def test_the_engine_module_view_forks_only_processes():
 # ---- the fork server's own checks ---------------------------------------------------------
 
 
-def test_a_fork_server_with_the_cuda_driver_mapped_is_unsafe(tmp_path):
+LIBCUDA = "/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04"
+
+
+def _maps(tmp_path, *paths):
     maps = tmp_path / "maps"
-    maps.write_text("7f00-7f01 r-xp 0 0:0 0 /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04\n")
-    assert "CUDA driver" in preload.unsafe_reason(str(maps))
+    maps.write_text("".join(f"7f00-7f01 r-xp 00000000 00:00 0          {p}\n" for p in paths))
+    return str(maps)
+
+
+def test_a_fork_server_that_initialised_the_driver_is_unsafe(tmp_path):
+    reason = preload.unsafe_reason(_maps(tmp_path, "/usr/lib/libc.so.6", LIBCUDA), initialised=lambda p: True)
+    assert reason is not None and "initialised the CUDA driver" in reason and LIBCUDA in reason
+
+
+def test_a_driver_mapped_but_not_initialised_is_safe(tmp_path):
+    asked = []
+    maps = _maps(tmp_path, LIBCUDA)
+    reason = preload.unsafe_reason(maps, initialised=lambda p: asked.append(p) or False)
+    assert reason is None or "threads" in reason  # this test process may run threads of its own
+    assert asked == [LIBCUDA]
+
+
+def test_without_the_driver_it_is_not_asked(tmp_path):
+    maps = _maps(tmp_path, "/usr/lib/libc.so.6")
+    reason = preload.unsafe_reason(maps, initialised=lambda p: pytest.fail("asked without a driver"))
+    assert reason is None or "threads" in reason
+
+
+def test_when_it_cannot_tell_it_is_unsafe(tmp_path):
+    def broken(_path):
+        raise OSError("no such symbol")
+
+    assert "cannot tell" in preload.unsafe_reason(_maps(tmp_path, LIBCUDA), initialised=broken)
 
 
 def test_a_fork_server_with_a_thread_is_unsafe(tmp_path):
-    maps = tmp_path / "maps"
-    maps.write_text("")
+    maps = _maps(tmp_path)
     stop = threading.Event()
     t = threading.Thread(target=stop.wait, name="engine-import-helper")
     t.start()
     try:
-        assert "engine-import-helper" in preload.unsafe_reason(str(maps))
+        assert "engine-import-helper" in preload.unsafe_reason(maps)
     finally:
         stop.set()
         t.join()
     # Other tests of this process may leave threads of their own: only this one must be gone.
-    assert "engine-import-helper" not in (preload.unsafe_reason(str(maps)) or "")
+    assert "engine-import-helper" not in (preload.unsafe_reason(maps) or "")
 
 
 def test_a_failed_import_is_written_not_raised(tmp_path):

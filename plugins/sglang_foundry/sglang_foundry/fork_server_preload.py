@@ -4,9 +4,10 @@ from. Never raises (multiprocessing's fork server would end on anything but an I
 every launch would then fail): a failed import or an unsafe state is written to the status file,
 and the launches fall back to spawn.
 
-Safe means: CUDA was not initialised (no libcuda mapped into the process: the driver cannot be used
-in a child forked after it was), and no thread besides the main one runs (a fork copies only the
-forking thread, and any lock another thread held stays locked in the child).
+Safe means: CUDA was not initialised (the driver cannot be used in a child forked after cuInit; a
+driver library that is merely mapped, by an extension linked against it, is fine), and no thread
+besides the main one runs (a fork copies only the forking thread, and any lock another thread held
+stays locked in the child).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from sglang_foundry.fork_server import STATUS_ENV
 
@@ -23,19 +25,39 @@ from sglang_foundry.fork_server import STATUS_ENV
 MODULES = ("sglang.srt.managers.scheduler", "sglang.srt.managers.detokenizer_manager")
 
 
-def cuda_mapped(maps_path: str = "/proc/self/maps") -> bool:
-    """Whether the CUDA driver library is mapped into this process."""
-    try:
-        with open(maps_path) as f:
-            return any("libcuda.so" in line for line in f)
-    except OSError:
-        return True  # cannot tell: assume the worst
+CUDA_ERROR_NOT_INITIALIZED = 3
 
 
-def unsafe_reason(maps_path: str = "/proc/self/maps") -> str | None:
+def mapped_cuda_driver(maps_path: str = "/proc/self/maps") -> str | None:
+    """The path of the CUDA driver library if it is mapped into this process, else None."""
+    with open(maps_path) as f:
+        for line in f:
+            path = line.split(None, 5)[-1].strip() if line.count(" ") >= 5 else ""
+            if os.path.basename(path).startswith("libcuda.so"):
+                return path
+    return None
+
+
+def driver_initialised(path: str) -> bool:
+    """Whether cuInit ran in this process, asked of the already-mapped driver without loading or
+    initialising anything: before cuInit, cuDeviceGetCount answers CUDA_ERROR_NOT_INITIALIZED.
+    (An extension linked against libcuda maps it at import without initialising it.)"""
+    import ctypes
+
+    lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    count = ctypes.c_int()
+    return lib.cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED
+
+
+def unsafe_reason(maps_path: str = "/proc/self/maps",
+                  initialised: Callable[[str], bool] = driver_initialised) -> str | None:
     """Why forking from this process would not give working children; None when it is safe."""
-    if cuda_mapped(maps_path):
-        return "importing SGLang loaded the CUDA driver (libcuda) into the fork server"
+    try:
+        driver = mapped_cuda_driver(maps_path)
+        if driver is not None and initialised(driver):
+            return f"importing SGLang initialised the CUDA driver ({driver}) in the fork server"
+    except Exception as exc:  # noqa: BLE001 - cannot tell: assume the worst
+        return f"cannot tell whether CUDA was initialised in the fork server ({type(exc).__name__}: {exc})"
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         return "importing SGLang initialised CUDA in the fork server"
