@@ -301,6 +301,8 @@ def worker(monkeypatch, tmp_path):
     monkeypatch.setattr(foundry_core.graphs, "open_archive", io.open_archive)
     monkeypatch.setattr(foundry_core.images, "load_cuda_modules_and_libraries", io.load_images)
     monkeypatch.setattr(worker_patches, "preload_active", lambda: True)
+    monkeypatch.setattr(runtime.WorkerRuntime, "create_blas_workspaces",
+                        lambda self: sys.modules["tensorrt_llm._fake"].LOG.append("blas_workspaces"))
     archive = tmp_path / "archive"
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(archive))
     importhook.install()
@@ -337,6 +339,7 @@ def test_save_flow(worker):
     run = worker("save")
     # Two executors as TensorRT-LLM builds them: the estimation pass (warmup, captures, profiling) and the final one.
     assert run.count("warmup") == 2 and run.count("profile") == 1
+    assert run.log[:2] == ["blas_workspaces", "load_weights"]  # in the region, before the weights
     assert [c[0] for c in run.region.calls] == ["set_region", "seal", "stop"]  # boundary at once; stop after warmup
     # The final loop captured with Foundry's graphs, the estimation pass with torch's own.
     captures = [e[1] for e in run.log if isinstance(e, tuple) and e[0] == "capture"]
@@ -363,7 +366,7 @@ def test_load_flow_restores_instead_of_capturing(worker, caplog):
     # No estimation pass, no profiling, no autotuner forward, no warmup or captured forward, no capture.
     assert run.count("warmup") == 1 and run.count("profile") == 0 and run.count("autotune_forward") == 0
     assert run.count("forward") == 0 and run.count("capture") == 0
-    assert ("load_cache", 0) in run.log
+    assert ("load_cache", 0) in run.log and run.log[:2] == ["blas_workspaces", "load_weights"]
     # TensorRT-LLM's own replay right after each "capture" replays the restored graph.
     assert [e[1] for e in run.log if isinstance(e, tuple) and e[0] == "restored_replay"] == NAMES
     runner = run.executor.engine.cuda_graph_runner

@@ -100,6 +100,28 @@ class WorkerRuntime(worker.WorkerRuntime):
         except InvalidArgumentError:
             return False  # the restore reports the setting
 
+    # ---- cuBLAS workspaces ------------------------------------------------------------------------
+
+    def create_blas_workspaces(self) -> None:
+        """Both sides, right after the determinism boundary: PyTorch's cuBLAS handle and the
+        workspace it keys by (handle, stream) are made now, in the region, for the current stream
+        and for the stream ``torch.cuda.graph`` captures on (made here if it does not exist yet).
+
+        Why: the first GEMMs of a TensorRT-LLM worker run in work SAVE pauses (the estimation pass,
+        the autotuner and capture warmups), which would make these workspaces outside the region;
+        captured GEMM kernels take the workspace pointer (cuBLAS split-K), which SAVE's pointer audit
+        would refuse. Made here on both sides, they sit at the same address at SAVE and LOAD, like the
+        weights."""
+        import torch
+        import torch.cuda.graphs
+
+        graph_cls = torch.cuda.graphs.graph  # the class, also where a caller swapped torch.cuda.graph
+        if getattr(graph_cls, "default_capture_stream", None) is None:
+            graph_cls.default_capture_stream = torch.cuda.Stream()
+        torch.cuda.current_blas_handle()
+        with torch.cuda.stream(graph_cls.default_capture_stream):
+            torch.cuda.current_blas_handle()
+
     # ---- the estimation pass (SAVE) ---------------------------------------------------------------
 
     def begin_estimation(self) -> None:

@@ -6,6 +6,7 @@ In start-up order (TensorRT-LLM 1.2 ``create_py_executor``; file:line in docs/en
    or a worker without the preload, starts the runtime (``session.begin()``: the region is set),
    and seals the determinism boundary at once (one GPU: no communicator is brought up in between).
    LOAD starts handing the kernel images to the driver on a thread there, while the weights load.
+   Both sides then make PyTorch's cuBLAS workspaces in the region (``create_blas_workspaces``).
    The autotuner's cache file is pointed into the process's scratch directory unless the user set
    ``TLLM_AUTOTUNER_CACHE_PATH``.
 2. ``KvCacheCreator.try_prepare_estimation``: LOAD sets ``kv_cache_config.max_tokens`` and
@@ -74,6 +75,7 @@ def wrap_engine_init(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(self, *args, **kwargs)
         rt.boundary()
         if rt.active:
+            rt.create_blas_workspaces()
             rt.use_autotuner_cache()
         with runtime.timed("PyTorchModelEngine.__init__ (weights, buffers, CUDA-graph runner)"):
             return original(self, *args, **kwargs)
