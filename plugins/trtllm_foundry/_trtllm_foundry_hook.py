@@ -7,7 +7,8 @@ the workers MPI spawns with ``sys.executable``. So it imports nothing beyond ``o
 until it has decided that Foundry is active, and it never raises.
 
 Foundry is active when an archive is named (``--foundry-archive DIR`` on the command line, or
-``FOUNDRY_ARCHIVE``) and the mode (``--foundry-mode`` / ``FOUNDRY_MODE``) is not ``off``;
+``FOUNDRY_ARCHIVE``) and the mode (``--foundry-mode`` / ``FOUNDRY_MODE``) is not ``off``, as
+foundry-core's start-up hook (``_foundry_autopreload``) decides it;
 ``FOUNDRY_TRTLLM_HOOK=0`` turns the hook off. Flags on the command line are exported as
 ``FOUNDRY_ARCHIVE`` (absolute) / ``FOUNDRY_MODE`` at once, so every process started later
 (TensorRT-LLM's MPI workers) resolves the same settings. Then the import hook is installed; it
@@ -22,25 +23,13 @@ import sys
 DISABLE_ENV = "FOUNDRY_TRTLLM_HOOK"
 ARCHIVE_ENV = "FOUNDRY_ARCHIVE"
 MODE_ENV = "FOUNDRY_MODE"
-ARCHIVE_FLAG = "--foundry-archive"
-MODE_FLAG = "--foundry-mode"
 _FALSE = ("0", "false", "no", "off")
-
-
-def flag_value(argv: list[str], flag: str) -> str | None:
-    """The value of ``flag`` in ``argv`` (``--flag V`` or ``--flag=V``; the last one wins), or
-    None when absent."""
-    value = None
-    for i, arg in enumerate(argv):
-        if arg == flag:
-            value = argv[i + 1] if i + 1 < len(argv) else ""
-        elif arg.startswith(flag + "="):
-            value = arg[len(flag) + 1:]
-    return value
 
 
 def export_flags(argv: list[str], environ: dict[str, str] | os._Environ) -> None:
     """Writes ``--foundry-archive`` / ``--foundry-mode`` of ``argv`` to ``environ`` (flags win)."""
+    from _foundry_autopreload import ARCHIVE_FLAG, MODE_FLAG, flag_value
+
     archive = flag_value(argv, ARCHIVE_FLAG)
     if archive:
         environ[ARCHIVE_ENV] = os.path.abspath(os.path.expanduser(archive))
@@ -49,23 +38,21 @@ def export_flags(argv: list[str], environ: dict[str, str] | os._Environ) -> None
         environ[MODE_ENV] = mode.strip().lower()
 
 
-def active(environ: dict[str, str] | os._Environ) -> bool:
-    """Whether Foundry is asked for: an archive, a mode other than off, and the hook not disabled."""
-    if environ.get(DISABLE_ENV, "").strip().lower() in _FALSE:
-        return False
-    if environ.get(MODE_ENV, "").strip().lower() == "off":
-        return False
-    return bool(environ.get(ARCHIVE_ENV, "").strip())
-
-
 def start() -> bool:
     """The .pth entry: exports the command line's Foundry flags and, when Foundry is active,
     installs the import hook. Returns whether it did; never raises (start-up must go on)."""
     try:
         argv = list(getattr(sys, "argv", None) or [])
-        if ARCHIVE_FLAG in " ".join(argv) or MODE_FLAG in " ".join(argv):
-            export_flags(argv, os.environ)
-        if not active(os.environ):
+        if os.environ.get(DISABLE_ENV, "").strip().lower() in _FALSE:
+            return False
+        if not os.environ.get(ARCHIVE_ENV, "").strip() and not any(a.startswith("--foundry-") for a in argv):
+            return False  # the common case: Foundry is not asked for, nothing more is looked at
+        # foundry-core's own start-up hook (imported by its .pth before this one: only os and sys)
+        # reads the same flags and environment to decide whether to restart under the preload.
+        from _foundry_autopreload import wants_foundry
+
+        export_flags(argv, os.environ)
+        if not wants_foundry(argv, os.environ):
             return False
         from trtllm_foundry import importhook  # only now: Foundry is active in this process
 
