@@ -127,4 +127,5 @@ def test_seams_in_the_release_source():
 
 def test_every_seam_says_where_it_was_read():
     assert set(seams.READ_FROM) == set(seams.BY_NAME)
-    assert seams.TESTED_VERSIONS == (TAG.lstrip("v"),)
+    # Messages say what the seams were checked against: not the tag, until the check above has run.
+    assert all(TAG.lstrip("v") not in v or "not yet checked" in v for v in seams.TESTED_VERSIONS)

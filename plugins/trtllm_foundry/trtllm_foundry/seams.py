@@ -32,9 +32,11 @@ from foundry_core.engine.seam import KINDS, Seam, SeamTable
 
 __all__ = ["KINDS", "Seam", "SEAMS", "TABLE", "TESTED_VERSIONS", "READ_FROM", "BY_NAME", "seam", "source_files"]
 
-# The release the seams are written for. The tag's tree was not readable where they were checked:
-# READ_FROM names the copies that were (1.2-era files, the ones 1.2.1 ships unless noted).
-TESTED_VERSIONS = ("1.2.1",)
+# What the seams were checked against, as SeamErrors quote it. They are written for 1.2.1, whose
+# tag's tree was not readable where they were checked; READ_FROM names the copies that were
+# (1.2-era main around the 1.2 branch point, version.py 1.2.0rc2). The contract test checks them
+# against the v1.2.1 tag when it can reach GitHub.
+TESTED_VERSIONS = ("1.2.0rc2 (1.2-era sources; 1.2.1 not yet checked)",)
 
 _CGR = "tensorrt_llm._torch.pyexecutor.cuda_graph_runner"
 _ENGINE = "tensorrt_llm._torch.pyexecutor.model_engine"
