@@ -122,6 +122,10 @@ class Patcher:
         self._logger.debug("foundry: wrapped %s", s.target)
         return True
 
+    def installed_names(self) -> list[str]:
+        """The seams this patcher wrapped, in the order it wrapped them."""
+        return list(self._installed)
+
     def original(self, name: str) -> Callable[..., Any]:
         """The function a seam wrapped (KeyError when it is not installed)."""
         return _function_of(self._installed[name][2])

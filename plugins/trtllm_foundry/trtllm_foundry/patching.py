@@ -40,7 +40,7 @@ def is_installed(name: str) -> bool:
 
 def installed_names() -> list[str]:
     """The seams wrapped in this process, in the order they were wrapped."""
-    return list(_PATCHER._installed)
+    return _PATCHER.installed_names()
 
 
 def original(name: str) -> Callable[..., Any]:
