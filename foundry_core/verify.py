@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from foundry_core.archive_names import BLOB_NAME, CACHES_DIR, ENGINE_INFO_NAME, LIST_NAME, STATE_NAME
-from foundry_core.engine.host_caches import file_digest, listed_blobs
+from foundry_core.cache_list import file_digest, listed_blobs
 from foundry_core.errors import FoundryError
 from foundry_core.fingerprint import COMPARED_FIELDS, check_fingerprint, current_fingerprint
 from foundry_core.inspect import (

@@ -7,6 +7,9 @@ node, a new container) does not compile it again.
     <archive>/host_caches/<sha256>         the carried files, named by their content
     <archive>/rank<r>/host_caches.json     rank r's list: cache -> {path in the cache: {size, sha256}}
 
+The list's format and its checks belong to the archive format (:mod:`foundry_core.cache_list`,
+which ``foundry verify`` uses too); this module writes and reads it for an engine's start.
+
 Files are stored by content, so ranks that carry the same bytes store them once, a later SAVE into
 the same archive adds what changed without touching what a list still names, and a name always
 means the same bytes (two writers of one file write the same thing). SAVE adds the files after
@@ -27,39 +30,37 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import stat
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from foundry_core.archive_names import BLOB_NAME, CACHES_DIR, LIST_NAME
+from foundry_core.cache_list import (
+    CHUNK,
+    LIST_FORMAT,
+    LIST_VERSION,
+    Entry,
+    file_digest,
+    listed_blobs,
+    open_regular,
+    parse_list,
+    read_list,
+    safe_path,
+)
 from foundry_core.engine import options
-from foundry_core.engine.layout import atomic_write_json, read_json_file
+from foundry_core.engine.layout import atomic_write_json
 from foundry_core.errors import ArchiveIOError, FormatError
 
 logger = logging.getLogger("foundry")
 
 ENABLE_ENV = "FOUNDRY_HOST_CACHES"
-LIST_FORMAT = "foundry-host-caches"
-LIST_VERSION = 1
-_CHUNK = 1 << 20
 
 
 def enabled(environ: Any = None) -> bool:
     """Whether starts carry host caches in the archive (FOUNDRY_HOST_CACHES, default on)."""
     return options.env_flag(ENABLE_ENV, environ=environ)
-
-
-@dataclass(frozen=True)
-class Entry:
-    size: int
-    sha256: str
-
-    @classmethod
-    def of(cls, content: bytes) -> Entry:
-        return cls(len(content), hashlib.sha256(content).hexdigest())
 
 
 @dataclass(frozen=True)
@@ -98,15 +99,6 @@ class Copied:
         return text + (f", {self.refused} refused" if self.refused else "")
 
 
-def _safe_path(path: str) -> PurePosixPath | None:
-    """``path`` as a relative path with no ``..``, absolute part or empty component, else None."""
-    p = PurePosixPath(path)
-    if not path or p.is_absolute() or any(part in ("", ".", "..") for part in p.parts) or "\\" in path \
-            or "\0" in path or str(p) != path:
-        return None
-    return p
-
-
 def _is_temporary(name: str) -> bool:
     """A writer's unfinished file or directory: Triton's ``tmp.pid_*``, ours and Inductor's
     ``.*.tmp*``, vLLM's ``model.<pid>.tmp``."""
@@ -115,30 +107,6 @@ def _is_temporary(name: str) -> bool:
 
 def _temporary_beside(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-
-
-def open_regular(path: Path, expected_size: int | None = None) -> int:
-    """A descriptor of ``path`` when it is a regular file (not a link, FIFO or device; of
-    ``expected_size`` bytes when given), else OSError naming why."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or (expected_size is not None and st.st_size != expected_size):
-        os.close(fd)
-        why = "not a regular file" if not stat.S_ISREG(st.st_mode) else \
-            f"{st.st_size} bytes, the list says {expected_size}"
-        raise OSError(f"{path}: {why}")
-    return fd
-
-
-def file_digest(path: Path) -> Entry:
-    """Size and SHA-256 of a regular file (OSError for anything else)."""
-    h = hashlib.sha256()
-    size = 0
-    with os.fdopen(open_regular(path), "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-            size += len(chunk)
-    return Entry(size, h.hexdigest())
 
 
 class HostCaches:
@@ -167,7 +135,7 @@ class HostCaches:
             for name in filenames:
                 path = Path(dirpath, name)
                 rel = path.relative_to(base).as_posix()
-                if _is_temporary(name) or _safe_path(rel) is None or (keep is not None and not keep(rel)):
+                if _is_temporary(name) or safe_path(rel) is None or (keep is not None and not keep(rel)):
                     continue
                 try:
                     with os.fdopen(open_regular(path), "rb") as f:
@@ -214,7 +182,7 @@ class HostCaches:
         if not os.path.lexists(caches.list_path):
             return None
         try:
-            caches.entries = parse_list(read_json_file(caches.list_path, LIST_NAME), caches.list_path)
+            caches.entries = read_list(caches.list_path)
         except (ArchiveIOError, FormatError) as exc:
             logger.warning("foundry: the archive's host caches are not used: %s; this start compiles what its caches "
                            "lack (`foundry verify ARCHIVE` checks the archive, a SAVE writes the list again)", exc)
@@ -302,7 +270,7 @@ class HostCaches:
             if self.root.is_symlink():
                 raise OSError(f"{self.root} is a symbolic link")
             with os.fdopen(open_regular(blob, entry.size), "rb") as src, open(tmp, "wb") as out:
-                while chunk := src.read(_CHUNK):
+                while chunk := src.read(CHUNK):
                     h.update(chunk)
                     out.write(chunk)
         except OSError as exc:
@@ -317,39 +285,6 @@ class HostCaches:
         return tmp
 
 
-def parse_list(data: Any, path: Path) -> dict[str, dict[str, Entry]]:
-    """A rank's list, checked: FormatError naming the first bad field."""
-    if not isinstance(data, dict) or data.get("format") != LIST_FORMAT:
-        raise FormatError(f"{path}: not a {LIST_FORMAT} file")
-    if data.get("version") != LIST_VERSION:
-        raise FormatError(f"{path}: 'version' is {data.get('version')!r}, this Foundry reads {LIST_VERSION}")
-    caches = data.get("caches")
-    if not isinstance(caches, dict):
-        raise FormatError(f"{path}: 'caches' is not an object")
-    out: dict[str, dict[str, Entry]] = {}
-    for cache, files in caches.items():
-        if _safe_path(cache) is None or "/" in cache or not isinstance(files, dict):
-            raise FormatError(f"{path}: cache {cache!r} is not a plain name with an object of files")
-        for rel, entry in files.items():
-            if _safe_path(rel) is None:
-                raise FormatError(f"{path}: {cache} path {rel!r} is not a relative path inside the archive")
-            if not isinstance(entry, dict) or not isinstance(entry.get("size"), int) or entry["size"] < 0 \
-                    or not isinstance(entry.get("sha256"), str) or not BLOB_NAME.fullmatch(entry["sha256"]):
-                raise FormatError(f"{path}: {cache}/{rel} needs a size and a sha256 (64 lowercase hex digits)")
-            out.setdefault(cache, {})[rel] = Entry(entry["size"], entry["sha256"])
-    return out
-
-
-def listed_blobs(lists: Iterable[Path]) -> dict[str, Entry]:
-    """Every carried file the ranks' lists name, by SHA-256; FormatError for a bad list."""
-    out: dict[str, Entry] = {}
-    for path in lists:
-        for files in parse_list(read_json_file(path, LIST_NAME), path).values():
-            for entry in files.values():
-                if out.setdefault(entry.sha256, entry) != entry:
-                    raise FormatError(f"{path}: {entry.sha256} is listed with two sizes")
-    return out
-
-
-__all__ = ["ENABLE_ENV", "CACHES_DIR", "LIST_NAME", "BLOB_NAME", "CacheTree", "HostCaches", "Copied", "Entry",
-           "enabled", "file_digest", "listed_blobs", "open_regular", "parse_list"]
+# The list's format and checks are the core's (foundry_core.cache_list); named here too for callers.
+__all__ = ["ENABLE_ENV", "CACHES_DIR", "LIST_NAME", "LIST_FORMAT", "LIST_VERSION", "BLOB_NAME", "CacheTree", "HostCaches",
+           "Copied", "Entry", "enabled", "file_digest", "listed_blobs", "open_regular", "parse_list"]
