@@ -170,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a", metavar="A", help="first archive directory")
     p.add_argument("b", metavar="B", help="second archive directory")
     p.set_defaults(func=_cmd_diff)
+
+    from foundry_core.ready.cli import add_ready_parser  # argparse only; the measurement loads when it runs
+
+    add_ready_parser(sub)
     return parser
 
 

@@ -1,0 +1,135 @@
+"""Where engines and their libraries keep what a first start compiles, and the environment of a
+start "on a new host": every one of those locations pointed at a fresh empty directory.
+
+Each row of :data:`CACHE_VARIABLES` names the variable, the location its reader uses when it is
+unset (for the warm-up check) and where the variable was read. Every cold start sets all rows,
+whatever the engine: a new host has none of them, and a variable an engine does not read changes
+nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    return Path(env.get("HOME") or os.path.expanduser("~"))
+
+
+def _xdg_cache(env: Mapping[str, str]) -> Path:
+    return Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else _home(env) / ".cache"
+
+
+def _user(env: Mapping[str, str]) -> str:
+    return env.get("USER") or env.get("LOGNAME") or "user"
+
+
+def _tmp(env: Mapping[str, str]) -> Path:
+    return Path(env.get("TMPDIR") or "/tmp")
+
+
+@dataclass(frozen=True)
+class CacheVariable:
+    """``name`` is set to ``<fresh dir>/<subdir>`` in a cold start; ``default(env)`` is where its
+    reader looks when it is unset; ``read_in`` says where that was read."""
+
+    name: str
+    subdir: str
+    default: Callable[[Mapping[str, str]], Path]
+    read_in: str
+
+
+CACHE_VARIABLES: tuple[CacheVariable, ...] = (
+    CacheVariable("XDG_CACHE_HOME", "xdg-cache", _xdg_cache,
+                  "vllm 0.25.0 vllm/envs.py get_default_cache_root (VLLM_CACHE_ROOT's parent); also torch's "
+                  "extension builds and Outlines (vllm/v1/structured_output/utils.py)"),
+    CacheVariable("VLLM_CACHE_ROOT", "vllm", lambda env: _xdg_cache(env) / "vllm",
+                  "vllm 0.25.0 vllm/envs.py VLLM_CACHE_ROOT: torch_compile_cache/, modelinfos/"),
+    CacheVariable("TORCHINDUCTOR_CACHE_DIR", "inductor",
+                  lambda env: _tmp(env) / f"torchinductor_{_user(env)}",
+                  "torch/_inductor/runtime/cache_dir_utils.py cache_dir(); vllm 0.25.0 "
+                  "vllm/compilation/compiler_interface.py and sglang 0.5.17 sglang/srt/compilation/"
+                  "compiler_interface.py move it under their own compile cache once compiling"),
+    CacheVariable("TRITON_CACHE_DIR", "triton", lambda env: _home(env) / ".triton" / "cache",
+                  "triton 3.x triton/knobs.py cache.dir (default $TRITON_HOME/.triton/cache)"),
+    CacheVariable("TRITON_HOME", "triton-home", _home,
+                  "triton 3.x triton/knobs.py cache.home_dir (the cache's, dump's and override's parent)"),
+    CacheVariable("FLASHINFER_WORKSPACE_BASE", "flashinfer", _home,
+                  "flashinfer 0.6.15 flashinfer/jit/env.py FLASHINFER_BASE_DIR: JIT modules in "
+                  ".cache/flashinfer/<version>/<arch>/cached_ops"),
+    CacheVariable("TVM_FFI_CACHE_DIR", "tvm-ffi", lambda env: _home(env) / ".cache" / "tvm-ffi",
+                  "apache-tvm-ffi 0.1.11 tvm_ffi/cpp/extension.py; sglang 0.5.17 "
+                  "sglang/kernels/jit/utils/compile.py load_jit reads the same variable"),
+    CacheVariable("SGLANG_CACHE_DIR", "sglang", lambda env: _home(env) / ".cache" / "sglang",
+                  "sglang 0.5.17 sglang/srt/environ.py (FlashInfer autotune results, the compile backend's "
+                  "cache, the custom all-reduce P2P table)"),
+    CacheVariable("SGLANG_DG_CACHE_DIR", "deep-gemm", lambda env: _home(env) / ".cache" / "deep_gemm",
+                  "sglang 0.5.17 sglang/srt/environ.py; sglang/srt/layers/deep_gemm_wrapper/compile_utils.py "
+                  "sets DG_JIT_CACHE_DIR from it"),
+    CacheVariable("FLASH_ATTENTION_CUTE_DSL_CACHE_DIR", "cute-dsl",
+                  lambda env: _tmp(env) / _user(env) / "flash_attention_cute_dsl_cache",
+                  "vllm 0.25.0 vllm/vllm_flash_attn/cute/cache_utils.py"),
+    CacheVariable("CUDA_CACHE_PATH", "cuda-compute-cache", lambda env: _home(env) / ".nv" / "ComputeCache",
+                  "the CUDA driver's PTX JIT cache (CUDA C++ Programming Guide, CUDA environment variables)"),
+    CacheVariable("HOME", "home", _home,
+                  "belt and braces: any other per-user cache under ~ (the variables above are set explicitly)"),
+)
+
+# What a cold start keeps pointing at the host's own location when the user has not set it: not a
+# compile cache, but configuration, installed packages and downloads that a new host gets with its
+# install (a HOME of its own would otherwise hide them). Name -> location in the harness's env.
+KEPT_LOCATIONS: dict[str, Callable[[Mapping[str, str]], Path]] = {
+    # The user site-packages an engine may be installed in (site.getuserbase(): ~/.local).
+    "PYTHONUSERBASE": lambda env: _home(env) / ".local",
+    # Hugging Face's hub cache: a model given by name, not by path, is found where it was downloaded.
+    "HF_HOME": lambda env: _xdg_cache(env) / "huggingface",
+    # Configuration (vLLM's VLLM_CONFIG_ROOT defaults to $XDG_CONFIG_HOME/vllm), not a cache.
+    "XDG_CONFIG_HOME": lambda env: _home(env) / ".config",
+    # FlashInfer's downloaded cubins (flashinfer/jit/env.py _get_cubin_dir: under
+    # FLASHINFER_WORKSPACE_BASE unless the flashinfer-cubin package is installed): downloads, not
+    # compiled code, and a host without network could not fetch them again.
+    "FLASHINFER_CUBIN_DIR": lambda env: Path(env.get("FLASHINFER_WORKSPACE_BASE") or _home(env))
+    / ".cache" / "flashinfer" / "cubins",
+}
+
+
+def cold_environment(root: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables a start on empty caches sets: each cache variable at its own empty directory
+    under ``root`` (created here), and the :data:`KEPT_LOCATIONS` the user did not set at the host's
+    location where it exists. ``root`` must not exist yet or be empty: the start would not be cold."""
+    environ = os.environ if environ is None else environ
+    root = Path(root)
+    if root.exists() and any(root.iterdir()):
+        raise ValueError(f"{root} is not empty: a cold start needs fresh cache directories")
+    changes: dict[str, str] = {}
+    for var in CACHE_VARIABLES:
+        path = root / var.subdir
+        path.mkdir(parents=True, exist_ok=True)
+        changes[var.name] = str(path)
+    for name, location in KEPT_LOCATIONS.items():
+        if environ.get(name):
+            continue
+        path = location(environ)
+        if path.exists():
+            changes[name] = str(path)
+    return changes
+
+
+def location(name: str, environ: Mapping[str, str] | None = None) -> Path:
+    """Where the cache variable ``name`` points in ``environ``: its value, else its reader's default."""
+    environ = os.environ if environ is None else environ
+    for var in CACHE_VARIABLES:
+        if var.name == name:
+            return Path(environ[name]) if environ.get(name) else var.default(environ)
+    raise KeyError(f"{name} is not a cache variable (known: {', '.join(v.name for v in CACHE_VARIABLES)})")
+
+
+def holds_files(path: Path) -> bool:
+    """Whether ``path`` has at least one file anywhere below it."""
+    for _, _, files in os.walk(path):
+        if files:
+            return True
+    return False

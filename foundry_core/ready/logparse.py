@@ -1,0 +1,81 @@
+"""A start's log, read back: when each phase's line arrived, the durations the engine reported and
+what Foundry did.
+
+The harness stamps every line of the server's merged stdout/stderr on arrival (seconds from exec,
+monotonic clock) and writes it as ``"<seconds> <line>"``: :func:`stamp` and :func:`read_stamped`
+are the two directions of that format.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from foundry_core.ready.engines import FOUNDRY_OUTCOMES, Engine, compiled
+
+StampedLine = tuple[float, str]
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_STAMPED = re.compile(r"^\s*(\d+\.\d+) (.*)$")
+
+
+def stamp(seconds: float, line: str) -> str:
+    return f"{seconds:10.3f} {line}"
+
+
+def read_stamped(path: Path) -> list[StampedLine]:
+    """The lines of a stamped log; a line without a stamp (not written by the harness) is refused."""
+    lines = []
+    for number, text in enumerate(Path(path).read_text(errors="replace").splitlines(), 1):
+        m = _STAMPED.match(text)
+        if not m:
+            raise ValueError(f"{path}:{number}: not a stamped line (expected '<seconds> <text>'): {text[:80]!r}")
+        lines.append((float(m.group(1)), m.group(2)))
+    return lines
+
+
+def clean(line: str) -> str:
+    """The line as matched: colour codes removed (an engine forced to colour its logs)."""
+    return _ANSI.sub("", line)
+
+
+@dataclass
+class LogTimes:
+    """What one start's log says: ``phases`` and ``markers`` are seconds from exec of the first
+    matching line, ``durations`` the first value the engine reported for each, ``foundry`` one of
+    "saved", "restored", "fell back" or "-" (Foundry said nothing)."""
+
+    phases: dict[str, float] = field(default_factory=dict)
+    markers: dict[str, float] = field(default_factory=dict)
+    durations: dict[str, float] = field(default_factory=dict)
+    foundry: str = "-"
+    matched_lines: set[int] = field(default_factory=set)
+
+
+def parse(engine: Engine, lines: Iterable[StampedLine]) -> LogTimes:
+    """The first line matching each of the engine's patterns, with its arrival time."""
+    phases, markers, durations = compiled(engine.phases), compiled(engine.markers), compiled(engine.durations)
+    outcomes = [(name, re.compile(p)) for name, p in FOUNDRY_OUTCOMES]
+    found = LogTimes()
+    seen_outcomes: set[str] = set()
+    for index, (seconds, raw) in enumerate(lines):
+        line = clean(raw)
+        for table, target in ((phases, found.phases), (markers, found.markers)):
+            for name, pattern in table.items():
+                if name not in target and pattern.search(line):
+                    target[name] = seconds
+                    found.matched_lines.add(index)
+        for name, pattern in durations.items():
+            if name not in found.durations:
+                m = pattern.search(line)
+                if m:
+                    found.durations[name] = float(m.group(1))
+                    found.matched_lines.add(index)
+        for name, pattern in outcomes:
+            if pattern.search(line):
+                seen_outcomes.add(name)
+                found.matched_lines.add(index)
+    # A fallback outweighs anything else the start said (it may still have saved a fresh archive).
+    found.foundry = next((name for name, _ in FOUNDRY_OUTCOMES if name in seen_outcomes), "-")
+    return found

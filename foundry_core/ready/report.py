@@ -1,0 +1,119 @@
+"""A run's result file (JSON) and its tables.
+
+The file holds every start (kind, round, command, environment changes, log, raw phase times,
+engine-reported durations, what Foundry did), the summary and the environment facts, so that
+`foundry ready report` can print and draw it again anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from foundry_core.ready.engines import PHASE_LABELS, PHASES
+from foundry_core.ready.stats import spread
+
+FORMAT = "foundry-ready"
+VERSION = 1
+
+
+def write(result: dict, path: Path) -> None:
+    """Writes ``result`` whole, through a temporary file, so a reader never sees half of it."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"format": FORMAT, "version": VERSION, **result}, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def read(path: Path) -> dict:
+    """A result file written by :func:`write`; anything else is refused with the reason."""
+    path = Path(path)
+    try:
+        result = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(result, dict) or result.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a `foundry ready` result (no \"format\": \"{FORMAT}\")")
+    if result.get("version") != VERSION:
+        raise ValueError(f"{path}: result version {result.get('version')!r}, this Foundry reads version {VERSION}")
+    for key in ("engine", "kinds", "starts", "summary"):
+        if key not in result:
+            raise ValueError(f"{path}: the result has no {key!r}")
+    return result
+
+
+def _title(result: dict) -> str:
+    env = result.get("environment") or {}
+    gpu = (env.get("gpu") or {}).get("name")
+    version = env.get("engine_version")
+    parts = [f"{result['engine']}{' ' + version if version else ''}", result.get("model", "")]
+    if gpu:
+        parts.append(gpu)
+    return "time to ready, s from exec: median (min-max) — " + ", ".join(p for p in parts if p)
+
+
+def phases_table(result: dict) -> Table:
+    """One row per kind, one column per phase."""
+    table = Table(title=_title(result))
+    table.add_column("kind")
+    table.add_column("starts ok", justify="right")
+    table.add_column("foundry")
+    for phase in PHASES:
+        table.add_column(PHASE_LABELS[phase], justify="right")
+    for kind in result["kinds"]:
+        s = result["summary"][kind]
+        # "-": the start had no Foundry line (an unmodified start's is none)
+        outcomes = ", ".join(f"{'none' if name == '-' else name} {n}" for name, n in sorted(s["foundry"].items()))
+        outcomes = outcomes or "-"
+        cells = [spread(s["phases"][p]).text() if p in s["phases"] else "-" for p in PHASES]
+        table.add_row(kind, f"{s['ok']}/{s['starts']}", outcomes, *cells)
+    return table
+
+
+def durations_table(result: dict) -> Table | None:
+    """The durations the engine reported itself, one row each, one column per kind."""
+    names: list[str] = []
+    for kind in result["kinds"]:
+        names += [n for n in result["summary"][kind]["durations"] if n not in names]
+    if not names:
+        return None
+    table = Table(title="engine-reported durations, s: median (min-max)")
+    table.add_column("duration")
+    for kind in result["kinds"]:
+        table.add_column(kind, justify="right")
+    for name in names:
+        row = []
+        for kind in result["kinds"]:
+            d = result["summary"][kind]["durations"].get(name)
+            row.append(spread(d).text(2) if d else "-")
+        table.add_row(name, *row)
+    return table
+
+
+def failures(result: dict) -> list[str]:
+    """One line per recorded start that did not reach ready or did not do what its kind asks."""
+    lines = []
+    for s in result["starts"]:
+        if not s.get("recorded", True):
+            continue
+        where = f"round {s['round']} {s['kind']}"
+        if not s.get("ok"):
+            lines.append(f"{where}: {s.get('error') or 'failed'} (log: {s.get('log')})")
+        elif s["kind"].startswith("load") and s.get("foundry") != "restored":
+            lines.append(f"{where}: Foundry did not restore (it says: {s.get('foundry')}); log: {s.get('log')}")
+        elif s["kind"] == "save" and s.get("foundry") != "saved":
+            lines.append(f"{where}: Foundry did not save (it says: {s.get('foundry')}); log: {s.get('log')}")
+    return lines
+
+
+def print_result(result: dict, console) -> None:
+    console.print(phases_table(result))
+    durations = durations_table(result)
+    if durations is not None:
+        console.print(durations)
+    for line in failures(result):
+        console.print(f"[yellow]{line}[/yellow]")
