@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from plugin_support import FakeDevice, clear_environment, install_fake_torch, session_fingerprint
+from plugin_support import FakeDevice, clear_environment, install_fake_torch, saved_logger, session_fingerprint
 from test_engine_support import ENVIRONMENT, FakeRuntime, manifest_doc
 from test_trtllm_fake import write_tree
 
@@ -46,7 +46,8 @@ FOUNDRY_ENV = ("FOUNDRY_ARCHIVE", "FOUNDRY_MODE", "FOUNDRY_STRICT", "FOUNDRY_FAL
 def clean_state(monkeypatch):
     clear_environment(monkeypatch, FOUNDRY_ENV)
     runtime.reset()
-    yield
+    with saved_logger("foundry"):  # the plugin gives the foundry logger a handler: none may leak out
+        yield
     patching.uninstall_all()
     importhook.uninstall()
     runtime.reset()
