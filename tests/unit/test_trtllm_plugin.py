@@ -46,7 +46,11 @@ FOUNDRY_ENV = ("FOUNDRY_ARCHIVE", "FOUNDRY_MODE", "FOUNDRY_STRICT", "FOUNDRY_FAL
 def clean_state(monkeypatch):
     clear_environment(monkeypatch, FOUNDRY_ENV)
     runtime.reset()
-    with saved_logger("foundry"):  # the plugin gives the foundry logger a handler: none may leak out
+    # The plugin gives the foundry logger a stderr handler unless it has one: give it one that
+    # keeps records flowing to caplog, and put the logger back afterwards for the next tests.
+    with saved_logger("foundry") as log:
+        log.addHandler(logging.NullHandler())
+        log.propagate = True
         yield
     patching.uninstall_all()
     importhook.uninstall()
