@@ -8,7 +8,13 @@ module; the engine layer (:mod:`foundry_core.engine.host_caches`) writes and rea
 ::
 
     {"format": "foundry-host-caches", "version": 1,
-     "caches": {"<cache>": {"<path in the cache>": {"size": 123, "sha256": "<64 hex digits>"}}}}
+     "caches": {"<cache>": {"<path in the cache>": {"size": 123, "sha256": "<64 hex digits>",
+                                                    "mtime_ns": 1700000000123456789}}},
+     "roots": {"<cache>": "<the cache's directory on the saving host>"}}
+
+``mtime_ns`` (optional) is the file's modification time on the saving host, for caches whose
+reader compares file times (ninja's): LOAD places the file with it. ``roots`` (optional) says where
+each cache was on the saving host, for caches whose reader records absolute paths.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import hashlib
 import os
 import stat
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -25,8 +31,8 @@ from foundry_core.archive_names import BLOB_NAME, LIST_NAME
 from foundry_core.errors import FormatError
 from foundry_core.manifest import parse_json, read_archive_file
 
-__all__ = ["LIST_FORMAT", "LIST_VERSION", "MAX_LIST_BYTES", "Entry", "file_digest", "listed_blobs", "open_regular",
-           "parse_list", "read_list", "safe_path"]
+__all__ = ["LIST_FORMAT", "LIST_VERSION", "MAX_LIST_BYTES", "CacheList", "Entry", "file_digest", "listed_blobs",
+           "open_regular", "parse_list", "parse_roots", "read_list", "safe_path"]
 
 LIST_FORMAT = "foundry-host-caches"
 LIST_VERSION = 1
@@ -36,14 +42,16 @@ CHUNK = 1 << 20  # bytes read at a time when hashing or copying a carried file
 
 @dataclass(frozen=True)
 class Entry:
-    """One carried file as the list names it: its size and the SHA-256 of its content."""
+    """One carried file as the list names it: its size and the SHA-256 of its content (what names
+    its stored copy), and the modification time it is placed with (None: the time of placing)."""
 
     size: int
     sha256: str
+    mtime_ns: int | None = field(default=None, compare=False)
 
     @classmethod
-    def of(cls, content: bytes) -> Entry:
-        return cls(len(content), hashlib.sha256(content).hexdigest())
+    def of(cls, content: bytes, mtime_ns: int | None = None) -> Entry:
+        return cls(len(content), hashlib.sha256(content).hexdigest(), mtime_ns)
 
 
 def safe_path(path: str) -> PurePosixPath | None:
@@ -95,24 +103,48 @@ def parse_list(data: Any, path: Path) -> dict[str, dict[str, Entry]]:
         for rel, entry in files.items():
             if safe_path(rel) is None:
                 raise FormatError(f"{path}: {cache} path {rel!r} is not a relative path inside the archive")
-            if not isinstance(entry, dict) or not isinstance(entry.get("size"), int) or entry["size"] < 0 \
+            if not isinstance(entry, dict) or not _count(entry.get("size")) \
                     or not isinstance(entry.get("sha256"), str) or not BLOB_NAME.fullmatch(entry["sha256"]):
                 raise FormatError(f"{path}: {cache}/{rel} needs a size and a sha256 (64 lowercase hex digits)")
-            out.setdefault(cache, {})[rel] = Entry(entry["size"], entry["sha256"])
+            if entry.get("mtime_ns") is not None and not _count(entry["mtime_ns"]):
+                raise FormatError(f"{path}: {cache}/{rel} has an 'mtime_ns' that is not a non-negative integer")
+            out.setdefault(cache, {})[rel] = Entry(entry["size"], entry["sha256"], entry.get("mtime_ns"))
     return out
 
 
-def read_list(path: Path) -> dict[str, dict[str, Entry]]:
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def parse_roots(data: Any, path: Path) -> dict[str, str]:
+    """The list's ``roots`` (cache -> its directory on the saving host), checked; {} when absent."""
+    roots = data.get("roots", {}) if isinstance(data, dict) else {}
+    if not isinstance(roots, dict) or not all(isinstance(k, str) and isinstance(v, str) and v.startswith("/")
+                                              for k, v in roots.items()):
+        raise FormatError(f"{path}: 'roots' is not an object of cache names and absolute paths")
+    return dict(roots)
+
+
+@dataclass
+class CacheList:
+    """A rank's list as read: the carried files of each cache, and where each cache was at SAVE."""
+
+    entries: dict[str, dict[str, Entry]]
+    roots: dict[str, str]
+
+
+def read_list(path: Path) -> CacheList:
     """A rank's list read from ``path`` and checked: ArchiveIOError when it cannot be read,
     FormatError when it is a link, too large, not JSON or not a valid list."""
-    return parse_list(parse_json(read_archive_file(path, LIST_NAME, MAX_LIST_BYTES), str(path), LIST_NAME), path)
+    data = parse_json(read_archive_file(path, LIST_NAME, MAX_LIST_BYTES), str(path), LIST_NAME)
+    return CacheList(parse_list(data, path), parse_roots(data, path))
 
 
 def listed_blobs(lists: Iterable[Path]) -> dict[str, Entry]:
     """Every carried file the ranks' lists name, by SHA-256; FormatError for a bad list."""
     out: dict[str, Entry] = {}
     for path in lists:
-        for files in read_list(path).values():
+        for files in read_list(path).entries.values():
             for entry in files.values():
                 if out.setdefault(entry.sha256, entry) != entry:
                     raise FormatError(f"{path}: {entry.sha256} is listed with two sizes")

@@ -23,6 +23,12 @@ then all are renamed into place, the files that make the unit visible to its rea
 group file, vLLM's compiled model) last. A unit with a file that fails its check is not used and a
 warning names the file: the engine compiles that entry itself, as a start without the archive
 does. ``FOUNDRY_HOST_CACHES=0`` turns carrying off.
+
+Caches whose reader is ninja (FlashInfer's and tvm-ffi's JIT builds, :mod:`foundry_core.engine.jit_dirs`)
+are carried with each file's modification time and placed with it, since ninja compares file
+times with its records; a unit of theirs is placed only where the host has none of its files
+(ninja's records must describe the files beside them). Where a cache was on the saving host is
+listed too: a cache whose records name absolute paths is placed only at the same path.
 """
 
 from __future__ import annotations
@@ -69,7 +75,10 @@ class CacheTree:
     archive, ``root`` is its directory on this host, ``used`` the directories under ``root`` this
     start used (what SAVE carries), ``keep(path)`` leaves files out (another rank's),
     ``unit(path)`` names the unit a file is restored with (default: the whole cache), ``last(path)``
-    marks the files a unit's reader looks for first (placed after the others)."""
+    marks the files a unit's reader looks for first (placed after the others). ``mtimes``: the
+    reader compares file times (ninja), so each file is carried with its modification time and
+    placed with it; ``bound_to_root``: the reader's records name absolute paths under ``root``, so
+    LOAD places the files only where ``root`` is the saving host's."""
 
     cache: str
     root: Path
@@ -77,6 +86,8 @@ class CacheTree:
     keep: Callable[[str], bool] | None = None
     unit: Callable[[str], str] | None = None
     last: Callable[[str], bool] | None = None
+    mtimes: bool = False
+    bound_to_root: bool = False
 
 
 @dataclass
@@ -109,26 +120,37 @@ def _temporary_beside(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:8]}")
 
 
+def _listed(entry: Entry) -> dict[str, Any]:
+    listed: dict[str, Any] = {"size": entry.size, "sha256": entry.sha256}
+    if entry.mtime_ns is not None:
+        listed["mtime_ns"] = entry.mtime_ns
+    return listed
+
+
 class HostCaches:
-    """One rank's carried caches: what SAVE adds (:meth:`add_tree`, then :meth:`write_list`) and
-    what LOAD copies back (:meth:`read`, then :meth:`restore_tree`)."""
+    """One rank's carried caches: what SAVE adds (:meth:`add_tree` or :meth:`add_used`, then
+    :meth:`write_list`) and what LOAD copies back (:meth:`read`, then :meth:`restore_tree` or
+    :meth:`restore`)."""
 
     def __init__(self, archive: str | os.PathLike, rank_dir: str | os.PathLike) -> None:
         self.root = Path(archive) / CACHES_DIR
         self.list_path = Path(rank_dir) / LIST_NAME
         self.entries: dict[str, dict[str, Entry]] = {}
+        self.roots: dict[str, str] = {}  # cache -> its directory on the saving host
         self._by_head: dict[str, dict[str, list[str]]] = {}  # cache -> first path component -> paths
 
     # ---- SAVE ----------------------------------------------------------------------------------
 
     def add_tree(self, cache: str, source: str | os.PathLike, sub: str = "",
                  rewrite: Callable[[str, bytes], bytes] | None = None,
-                 keep: Callable[[str], bool] | None = None) -> Copied:
+                 keep: Callable[[str], bool] | None = None, mtimes: bool = False) -> Copied:
         """Adds every regular file under ``source/sub`` to cache ``cache`` at its path relative
         to ``source``, except unfinished writes and those ``keep`` refuses. ``rewrite(path,
         content)`` may change a file's bytes before they are stored (an absolute path of this host
-        inside it). Files that vanish while walked are left out."""
+        inside it); ``mtimes`` records each file's modification time. Files that vanish while
+        walked are left out."""
         base = Path(source)
+        self.roots[cache] = os.path.realpath(base)
         done = Copied()
         for dirpath, dirnames, filenames in os.walk(base / sub if sub else base):
             dirnames[:] = [d for d in dirnames if not _is_temporary(d)]
@@ -139,16 +161,25 @@ class HostCaches:
                     continue
                 try:
                     with os.fdopen(open_regular(path), "rb") as f:
+                        mtime_ns = os.fstat(f.fileno()).st_mtime_ns
                         content = f.read()
                 except OSError as exc:  # vanished, or not a regular file: not carried
                     logger.warning("foundry: %s not carried in the archive (%s); a LOAD on a new host compiles it",
                                    path, exc)
                     continue
-                self._store(cache, rel, rewrite(rel, content) if rewrite is not None else content, done)
+                self._store(cache, rel, rewrite(rel, content) if rewrite is not None else content, done,
+                            mtime_ns if mtimes else None)
         return done
 
-    def _store(self, cache: str, rel: str, content: bytes, done: Copied) -> None:
-        entry = Entry.of(content)
+    def add_used(self, tree: CacheTree) -> Copied:
+        """Adds the directories ``tree`` used (``tree.used``) with the tree's ``keep`` and ``mtimes``."""
+        done = Copied()
+        for sub in tree.used:
+            done.add(self.add_tree(tree.cache, tree.root, sub, keep=tree.keep, mtimes=tree.mtimes))
+        return done
+
+    def _store(self, cache: str, rel: str, content: bytes, done: Copied, mtime_ns: int | None = None) -> None:
+        entry = Entry.of(content, mtime_ns)
         blob = self.root / entry.sha256
         if os.path.lexists(blob):
             done.present += 1
@@ -169,8 +200,9 @@ class HostCaches:
         """Writes this rank's list (atomically); the carried files are usable from then on."""
         atomic_write_json(self.list_path, {
             "format": LIST_FORMAT, "version": LIST_VERSION,
-            "caches": {cache: {rel: {"size": e.size, "sha256": e.sha256} for rel, e in sorted(files.items())}
-                       for cache, files in sorted(self.entries.items())}})
+            "caches": {cache: {rel: _listed(e) for rel, e in sorted(files.items())}
+                       for cache, files in sorted(self.entries.items())},
+            "roots": {cache: root for cache, root in sorted(self.roots.items()) if cache in self.entries}})
 
     # ---- LOAD ----------------------------------------------------------------------------------
 
@@ -182,11 +214,12 @@ class HostCaches:
         if not os.path.lexists(caches.list_path):
             return None
         try:
-            caches.entries = read_list(caches.list_path)
+            listed = read_list(caches.list_path)
         except (ArchiveIOError, FormatError) as exc:
             logger.warning("foundry: the archive's host caches are not used: %s; this start compiles what its caches "
                            "lack (`foundry verify ARCHIVE` checks the archive, a SAVE writes the list again)", exc)
             return None
+        caches.entries, caches.roots = listed.entries, listed.roots
         return caches
 
     def paths(self, cache: str, prefix: str = "") -> list[str]:
@@ -204,20 +237,40 @@ class HostCaches:
 
     def restore_tree(self, cache: str, target: str | os.PathLike, prefix: str = "", *, strip: bool = False,
                      rewrite: Callable[[str, bytes], bytes] | None = None,
-                     unit: Callable[[str], str] | None = None, last: Callable[[str], bool] | None = None) -> Copied:
+                     unit: Callable[[str], str] | None = None, last: Callable[[str], bool] | None = None,
+                     untouched_units_only: bool = False) -> Copied:
         """Copies the carried files of ``cache`` under ``prefix`` that ``target`` lacks into it,
         at their paths (``strip``: relative to ``prefix``), one unit at a time (``unit(path)``,
         default one unit), each whole or not at all (see the module). ``rewrite(path, content)``
         adapts a file to this host; ``last(path)`` files are placed after the others of their
-        unit. An OSError while placing (a full disk) undoes the unit and is raised."""
+        unit; ``untouched_units_only``: a unit of which the host has any file is left to the host.
+        An OSError while placing (a full disk) undoes the unit and is raised."""
         cut = len(prefix.rstrip("/")) + 1 if strip and prefix else 0
         units: dict[str, list[str]] = {}
         for rel in self.paths(cache, prefix):
             units.setdefault(unit(rel) if unit is not None else "", []).append(rel)
         done = Copied()
         for rels in units.values():
-            done.add(self._restore_unit(cache, Path(target), [(rel, rel[cut:]) for rel in rels], rewrite, last))
+            pairs = [(rel, rel[cut:]) for rel in rels]
+            present = sum(os.path.lexists(Path(target, dest)) for _, dest in pairs) if untouched_units_only else 0
+            done.add(Copied(present=present) if present else self._restore_unit(cache, Path(target), pairs, rewrite,
+                                                                                  last))
         return done
+
+    def restore(self, tree: CacheTree) -> Copied:
+        """Copies the carried files of ``tree.cache`` that ``tree.root`` lacks into it, by the
+        tree's units (:meth:`restore_tree`); none (and a line saying why) when the tree is
+        ``bound_to_root`` and the saving host's root was another: its reader would not use them."""
+        saved = self.roots.get(tree.cache)
+        if tree.bound_to_root and saved is not None and saved != os.path.realpath(tree.root):
+            logger.info("foundry: the archive's %s files are not placed: they were built in %s, this host's %s is %s, "
+                        "and their build records name absolute paths (the engine builds them; use the saving host's "
+                        "path to have them from the archive)", tree.cache, saved, tree.cache, tree.root)
+            return Copied()
+        # Ninja's records (mtimes trees) must describe the files beside them: a unit the host has
+        # begun stays the host's.
+        return self.restore_tree(tree.cache, tree.root, unit=tree.unit, last=tree.last,
+                                 untouched_units_only=tree.mtimes)
 
     def _restore_unit(self, cache: str, target: Path, rels: list[tuple[str, str]],
                       rewrite: Callable[[str, bytes], bytes] | None, last: Callable[[str], bool] | None) -> Copied:
@@ -239,6 +292,8 @@ class HostCaches:
                     content = tmp.read_bytes()
                     if (changed := rewrite(dest_rel, content)) != content:
                         tmp.write_bytes(changed)
+                if entry.mtime_ns is not None:
+                    os.utime(tmp, ns=(entry.mtime_ns, entry.mtime_ns))  # the rename keeps it
             staged.sort(key=lambda s: last is not None and last(s[2]))
             placed: list[Path] = []
             try:
@@ -286,5 +341,5 @@ class HostCaches:
 
 
 # The list's format and checks are the core's (foundry_core.cache_list); named here too for callers.
-__all__ = ["ENABLE_ENV", "CACHES_DIR", "LIST_NAME", "LIST_FORMAT", "LIST_VERSION", "BLOB_NAME", "CacheTree", "HostCaches",
-           "Copied", "Entry", "enabled", "file_digest", "listed_blobs", "open_regular", "parse_list"]
+__all__ = ["ENABLE_ENV", "CACHES_DIR", "LIST_NAME", "LIST_FORMAT", "LIST_VERSION", "BLOB_NAME", "CacheTree",
+           "HostCaches", "Copied", "Entry", "enabled", "file_digest", "listed_blobs", "open_regular", "parse_list"]

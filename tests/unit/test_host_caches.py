@@ -235,6 +235,58 @@ def test_a_list_naming_a_path_outside_the_archive_is_refused(tmp_path, path):
         parse_list(data, tmp_path / "l.json")
 
 
+@pytest.mark.parametrize("field, value, message", [
+    ("mtime_ns", -1, "'mtime_ns' that is not a non-negative integer"),
+    ("mtime_ns", True, "'mtime_ns' that is not a non-negative integer"),
+    ("mtime_ns", "1", "'mtime_ns' that is not a non-negative integer"),
+    ("size", True, "needs a size and a sha256")])
+def test_a_list_entry_with_a_bad_field_is_refused(tmp_path, field, value, message):
+    entry = {"size": 1, "sha256": "0" * 64, field: value}
+    data = {"format": "foundry-host-caches", "version": 1, "caches": {"c": {"f": entry}}}
+    with pytest.raises(FormatError, match=message):
+        parse_list(data, tmp_path / "l.json")
+
+
+@pytest.mark.parametrize("roots", [[], {"c": 3}, {"c": "relative/path"}])
+def test_a_list_whose_roots_are_not_absolute_paths_is_refused(tmp_path, roots, caplog):
+    (tmp_path / "rank0").mkdir()
+    (tmp_path / "rank0" / host_caches.LIST_NAME).write_text(json.dumps(
+        {"format": "foundry-host-caches", "version": 1, "caches": {}, "roots": roots}))
+    with caplog.at_level(logging.WARNING, logger="foundry"):
+        assert HostCaches.read(tmp_path, tmp_path / "rank0") is None
+    assert "'roots' is not an object of cache names and absolute paths" in caplog.text
+
+
+def test_a_list_that_is_a_fifo_is_refused_without_reading_it(tmp_path, caplog):
+    (tmp_path / "rank0").mkdir()
+    os.mkfifo(tmp_path / "rank0" / host_caches.LIST_NAME)  # a plain read would block for good
+    with caplog.at_level(logging.WARNING, logger="foundry"):
+        assert HostCaches.read(tmp_path, tmp_path / "rank0") is None
+    assert "not a regular file" in caplog.text
+
+
+def test_modification_times_are_carried_where_a_tree_asks_and_placed_with_the_file(tmp_path):
+    host = tree_of(tmp_path / "host", {"H/a": b"same", "H/b": b"same", "plain/c": b"c"})
+    os.utime(host / "H/a", ns=(1_000_000_000_123, 1_000_000_000_123))
+    os.utime(host / "H/b", ns=(2_000_000_000_456, 2_000_000_000_456))
+    archive = tmp_path / "archive"
+    caches = HostCaches(archive, archive / "rank0")
+    assert caches.add_used(CacheTree("timed", host, ("H",), mtimes=True)).files == 1  # one stored copy of b"same"
+    caches.add_tree("plain", host, "plain")
+    caches.write_list()
+    listed = json.loads((archive / "rank0" / host_caches.LIST_NAME).read_text())
+    assert listed["caches"]["timed"]["H/a"]["mtime_ns"] == 1_000_000_000_123
+    assert "mtime_ns" not in listed["caches"]["plain"]["plain/c"]
+    assert listed["roots"] == {"plain": os.path.realpath(host), "timed": os.path.realpath(host)}
+    assert {c.name: c for c in verify_archive(archive)}["host caches"].status == OK  # one blob, two times: fine
+    fresh = tmp_path / "fresh"
+    loaded = HostCaches.read(archive, archive / "rank0")
+    loaded.restore(CacheTree("timed", fresh))
+    loaded.restore_tree("plain", fresh)
+    assert [(fresh / p).stat().st_mtime_ns for p in ("H/a", "H/b")] == [1_000_000_000_123, 2_000_000_000_456]
+    assert (fresh / "plain/c").stat().st_mtime_ns > 2_000_000_000_456  # the time of placing
+
+
 def test_carrying_can_be_turned_off():
     assert host_caches.enabled({}) and not host_caches.enabled({"FOUNDRY_HOST_CACHES": "0"})
 
