@@ -47,7 +47,7 @@ from foundry_core.engine import Mode, capture
 from foundry_core.engine.capture import MAX_DEPTH, address_mismatch, graph_name, swapped, tensor_addresses
 from foundry_core.errors import MismatchError, UnsupportedError
 
-from sglang_foundry import modes, options, outputs, patching, runtime, seams
+from sglang_foundry import jit_caches, modes, options, outputs, patching, runtime, seams
 from sglang_foundry.runtime import Phase
 
 logger = logging.getLogger("foundry.sglang")
@@ -409,8 +409,11 @@ def wrap_init_cuda_graphs(original: Callable[..., Any]) -> Callable[..., Any]:
         if rt is None or rt.phase is not Phase.INIT or getattr(self, "is_draft_worker", False):
             return original(self, *args, **kwargs)
         rt.runner = self
+        jit_caches.placed()  # the first forward may load a JIT module: the archive's are in place first
         with rt.in_phase(Phase.CAPTURE, Phase.SERVING, "init_cuda_graphs (kernel warmup, decode capture or restore)"):
-            return original(self, *args, **kwargs)
+            result = original(self, *args, **kwargs)
+        jit_caches.carried(rt)  # SAVE: what the capture compiled, then what the first requests add
+        return result
 
     return init_cuda_graphs
 

@@ -6,7 +6,8 @@ In start-up order (SGLang 0.5.17; file:line in docs/engine-sglang.md):
    device is set, never for a draft worker): refuses an unsupported configuration or a scheduler
    without the preload, then ``session.begin()`` (region set) before NCCL, and the determinism
    boundary when it returns. LOAD starts computing Triton's cache key on a thread here
-   (:mod:`foundry_core.engine.triton_key`): the warmup it skips is where SGLang computed it.
+   (:mod:`foundry_core.engine.triton_key`): the warmup it skips is where SGLang computed it. The
+   compile caches carried in the archive start here too (:mod:`sglang_foundry.jit_caches`).
 2. ``KVCacheConfigurator._resolve_memory_pool_config``: LOAD returns the ``MemoryPoolConfig`` SAVE
    recorded (no profiling); SAVE profiles as SGLang does, paused, and records the config's fields.
 3. ``ModelRunner.alloc_memory_pool``: records the KV pool SGLang allocated (tokens, bytes); LOAD
@@ -29,7 +30,7 @@ from typing import Any
 from foundry_core.engine import Mode, preload_active, resolve_settings, warm_triton_key
 from foundry_core.errors import MismatchError, StateError
 
-from sglang_foundry import modes, patching, runtime
+from sglang_foundry import jit_caches, modes, patching, runtime
 
 logger = logging.getLogger("foundry.sglang")
 
@@ -74,6 +75,7 @@ def wrap_parallel_groups(original: Callable[..., Any]) -> Callable[..., Any]:
         rt = runtime.start(server_args, scheduler_rank(kwargs), kwargs.get("model_config"))
         if rt is None:
             return original(*args, **kwargs)
+        jit_caches.begin(rt)  # LOAD: the archive's JIT caches placed on a thread while SGLang loads the model
         if rt.mode is Mode.LOAD:
             warm_triton_key()  # while SGLang loads the model; LOAD skips the warmup that computed it
         with runtime.timed("NCCL bring-up (before the determinism boundary)"):

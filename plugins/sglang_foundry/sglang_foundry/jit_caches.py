@@ -1,0 +1,119 @@
+"""What an SGLang scheduler compiles on first use, carried in the archive, so that a LOAD on a new
+host (empty caches) answers its first request without compiling.
+
+SGLang 0.5.17's first start compiles, all at the first forward that needs them:
+
+- Triton kernels (the triton attention backend's decode and extend kernels, SGLang's other Triton
+  kernels, Triton's launchers, built with gcc) into ``$TRITON_CACHE_DIR`` (default
+  ``~/.triton/cache``), one directory per key (a hash of source, compiler and GPU): carried by
+  :mod:`foundry_core.engine.triton_cache`, which Triton's cache manager tells each key it opens;
+- FlashInfer's JIT modules (the CUDA norm module that ``sgl_kernel``'s rmsnorm hands bf16/fp16 to,
+  sampling kernels with ``--sampling-backend flashinfer``, attention kernels with the flashinfer
+  backend), built with nvcc and ninja;
+- SGLang's own tvm-ffi JIT kernels (``sglang.kernels.jit``: activation, norms, KV-cache stores).
+
+The last two are :mod:`foundry_core.engine.jit_dirs`'s trees (how each loader decides that a cached
+build is valid, and so what is carried). Torch Inductor compiles only with
+``--enable-torch-compile``, which the plugin refuses.
+
+In the start (the calls are in worker_patches and capture_patches):
+
+- :func:`begin`, at the NCCL seam once the runtime started: Triton's cache opens its directories
+  through a carrier (SAVE records them, LOAD fills them from the archive); LOAD starts placing the
+  JIT trees and Triton kernels the host lacks on a thread
+  (:class:`~foundry_core.engine.cache_carry.CachesAhead`), while SGLang loads the model;
+- :func:`placed`, as the capture phase begins: waits for that thread (nothing compiles before the
+  first forward, which comes later);
+- :func:`carried`, SAVE, after the capture phase (archive saved): carries what the start used,
+  then watches the first requests for ``FOUNDRY_SGLANG_CACHE_WATCH`` seconds (default 60, 0: no
+  watch; the server's warmup request compiles the prefill kernels) and carries what they add.
+
+``FOUNDRY_HOST_CACHES=0`` turns all of it off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+from foundry_core.engine import Mode, host_caches, jit_dirs
+from foundry_core.engine.cache_carry import CacheCarry, CachesAhead, carry_in
+from foundry_core.engine.host_caches import HostCaches
+
+from sglang_foundry import runtime
+
+logger = logging.getLogger("foundry.sglang")
+
+__all__ = ["WATCH_ENV", "begin", "carried", "placed", "reset", "watch_seconds"]
+
+WATCH_ENV = "FOUNDRY_SGLANG_CACHE_WATCH"
+DEFAULT_WATCH_S = 60.0
+
+_ahead: CachesAhead | None = None  # this process's placement thread (LOAD)
+_carry: CacheCarry | None = None  # this process's carry and its watch (SAVE)
+
+
+def watch_seconds() -> float:
+    """How long SAVE watches the first requests for new cache entries (``FOUNDRY_SGLANG_CACHE_WATCH``)."""
+    value = os.environ.get(WATCH_ENV, "").strip()
+    try:
+        return max(float(value), 0.0) if value else DEFAULT_WATCH_S
+    except ValueError:
+        logger.warning("foundry: %s=%r is not a number of seconds; watching for %.0f s", WATCH_ENV, value,
+                       DEFAULT_WATCH_S)
+        return DEFAULT_WATCH_S
+
+
+def _archive_dirs(rt: runtime.SchedulerRuntime) -> tuple[Path, Path] | None:
+    archive, rank_dir = rt.session.archive, rt.session.rank_dir
+    if archive is None or rank_dir is None or not rt.active or not host_caches.enabled():
+        return None
+    return Path(archive), Path(rank_dir)
+
+
+def begin(rt: runtime.SchedulerRuntime) -> None:
+    """SAVE and LOAD, before SGLang loads the model: Triton's carrier; LOAD: the placement thread."""
+    global _ahead
+    start = time.perf_counter()
+    where = _archive_dirs(rt)
+    if where is None:
+        return
+    source, carrier = carry_in(*where, load=rt.mode is Mode.LOAD)
+    if carrier is not None:
+        rt.triton = carrier
+    if source is not None:
+        trees = jit_dirs.trees(mapped=())  # this host's roots (at LOAD nothing is used yet)
+        _ahead = CachesAhead(source, trees, logger, setup_s=time.perf_counter() - start, triton=carrier).start()
+
+
+def placed() -> None:
+    """LOAD, before the engine's first forward can look: waits for the placement thread."""
+    global _ahead
+    if _ahead is not None:
+        _ahead.wait()
+        _ahead = None
+
+
+def carried(rt: runtime.SchedulerRuntime) -> CacheCarry | None:
+    """SAVE, once the archive is saved: carries the caches the start used, then watches for more
+    (see the module). Returns the carry (None when nothing is carried)."""
+    global _carry
+    where = _archive_dirs(rt)
+    if where is None or rt.mode is not Mode.SAVE or not rt.saved:
+        return None
+    reset()  # one scheduler per process: a new start ends an earlier one's watch (tests)
+    _carry = CacheCarry(HostCaches(*where), rt.triton, jit_dirs.trees, logger)
+    if _carry.carry() is not None and (seconds := watch_seconds()) > 0:
+        _carry.watch(seconds)
+    return _carry
+
+
+def reset() -> None:
+    """Forgets this process's placement thread and ends its watch (tests)."""
+    global _ahead, _carry
+    _ahead = None
+    if _carry is not None:
+        _carry.stop()
+        _carry = None
