@@ -23,7 +23,9 @@ SGLang 0.5.17), and so what is carried:
   module's build directory is carried whole, with modification times; the files name no path the
   ``.so`` check depends on, so they are placed wherever the cache is.
 
-Lock files (``lock``, ``*.lock``) are the loaders' own and are not carried.
+Lock files (``lock``, ``*.lock``) are the loaders' own and are not carried. Nor is tvm-ffi's torch
+DLPack addon (``libtorch_c_dlpack_addon_torch<ver>-cuda.so`` at the cache's top): ``import tvm_ffi``
+builds it, before any engine seam, and only for a torch without its own DLPack exchange API.
 
 A start used a module exactly when its library is loaded in the process: :func:`mapped_files`
 reads ``/proc/self/maps``, and each tree's ``used`` holds the directories of the libraries mapped
@@ -42,8 +44,8 @@ from foundry_core.engine.host_caches import CacheTree
 
 logger = logging.getLogger("foundry")
 
-__all__ = ["FLASHINFER", "TVM_FFI", "flashinfer_root", "flashinfer_tree", "mapped_files", "module_dirs", "trees",
-           "tvm_ffi_root", "tvm_ffi_tree"]
+__all__ = ["FLASHINFER", "TVM_FFI", "flashinfer_root", "flashinfer_tree", "flashinfer_unit", "mapped_files",
+           "module_dirs", "trees", "tvm_ffi_root", "tvm_ffi_tree"]
 
 FLASHINFER = "flashinfer"
 TVM_FFI = "tvm_ffi"
