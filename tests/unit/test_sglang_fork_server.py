@@ -218,6 +218,7 @@ def run_scheduler_process(out):
 
 DRIVER = """
 import json, logging, os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the synthetic sglang: not on PYTHONPATH
 from sglang_foundry import fork_server as fs
 from sglang.srt.managers import scheduler
 
@@ -244,9 +245,10 @@ def _run_driver(tmp_path: Path, **env: str) -> tuple[dict, str]:
     (pkg / "detokenizer_manager.py").write_text("")
     driver = tmp_path / "driver.py"
     driver.write_text(textwrap.dedent(DRIVER))
-    path = os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])
+    # The fork server must import from this process's sys.path, which Python 3.12 and older do not
+    # hand it (only PYTHONPATH): the synthetic package is on the first alone.
     proc = subprocess.run([sys.executable, str(driver), str(tmp_path / "child.json")], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": path, "TMPDIR": str(tmp_path), **env})
+                          timeout=120, env={**os.environ, "TMPDIR": str(tmp_path), **env})
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 

@@ -98,9 +98,12 @@ def start(preload: Sequence[str] = (PRELOAD_MODULE,)) -> str:
         os.unlink(status)
     multiprocessing.set_forkserver_preload(list(preload))
     # Only the fork server gets these: the status file it writes (which also tells the preload
-    # module that it runs there), and NVML for torch.cuda.is_available(), which SGLang asks at
-    # import and which would otherwise initialise the driver.
-    with _environ({STATUS_ENV: status, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}):
+    # module that it runs there); NVML for torch.cuda.is_available(), which SGLang asks at import
+    # and which would otherwise initialise the driver; and this process's import path, which
+    # multiprocessing passes on but Python 3.12 and older do not apply before the preload, whose
+    # ImportError the fork server would swallow (no status: every launch would wait its timeout).
+    path = os.pathsep.join(p for p in sys.path if p)
+    with _environ({STATUS_ENV: status, "PYTORCH_NVML_BASED_CUDA_CHECK": "1", "PYTHONPATH": path}):
         multiprocessing.forkserver.ensure_running()
     _STATE.started(status, os.environ.get("LD_PRELOAD", ""))
     return status
