@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import types
 import time
 from pathlib import Path
 
@@ -307,3 +308,78 @@ def test_the_start_up_hook_starts_the_fork_server_for_sglangs_server(tmp_path, e
                           env={**full, **env}, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])["running"] is running, proc.stderr
+
+
+# ---- device queries answered from NVML during the fork server's imports -------------------
+
+from sglang_foundry import device_facts  # noqa: E402
+
+
+class _FakeNvml:
+    def __init__(self):
+        self.inits = 0
+
+    def nvmlInit(self):
+        self.inits += 1
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return f"handle{i}"
+
+    def nvmlDeviceGetName(self, h):
+        return b"NVIDIA H200"
+
+    def nvmlDeviceGetCudaComputeCapability(self, h):
+        return (9, 0)
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return types.SimpleNamespace(total=150 << 30)
+
+
+def _fake_torch():
+    def refuse(*_a, **_k):
+        raise AssertionError("CUDA initialised: a real torch.cuda query ran")
+
+    cuda = types.SimpleNamespace(current_device=refuse, get_device_properties=refuse, get_device_capability=refuse,
+                                 get_device_name=refuse, _get_nvml_device_index=lambda i: {0: 3, 1: 5}[i])
+    return types.SimpleNamespace(cuda=cuda)
+
+
+def test_the_device_queries_answer_from_nvml_and_come_back():
+    torch, nvml = _fake_torch(), _FakeNvml()
+    originals = {q: getattr(torch.cuda, q) for q in device_facts.QUERIES}
+    with device_facts.answered_from(torch, device_facts.nvml_facts(torch, nvml)):
+        # What sgl_kernel asks at import to choose its kernel library.
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        assert props.major * 10 + props.minor == 90
+        assert torch.cuda.get_device_capability("cuda:1") == (9, 0)
+        assert torch.cuda.get_device_name() == "NVIDIA H200" and props.total_memory == 150 << 30
+    assert {q: getattr(torch.cuda, q) for q in device_facts.QUERIES} == originals
+    assert nvml.inits == 1
+
+
+def test_a_module_that_kept_a_stand_in_makes_the_fork_server_unsafe(monkeypatch, tmp_path):
+    torch, nvml = _fake_torch(), _FakeNvml()
+    monkeypatch.setitem(sys.modules, "fake_torch_for_stand_ins", torch)
+    # An engine module doing `from torch.cuda import current_device` at import.
+    (tmp_path / "keeps_a_stand_in.py").write_text(
+        "import sys\ncurrent_device = sys.modules['fake_torch_for_stand_ins'].cuda.current_device\n")
+    (tmp_path / "keeps_nothing.py").write_text(
+        "import sys\nCAPABILITY = sys.modules['fake_torch_for_stand_ins'].cuda.get_device_capability()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("keeps_a_stand_in", "keeps_nothing"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+    def answers():
+        return device_facts.answered_from(torch, device_facts.nvml_facts(torch, nvml))
+
+    why = preload.import_all(["keeps_nothing"], answers=answers)
+    assert why is None or "threads" in why  # this test process may run threads of its own
+    assert sys.modules["keeps_nothing"].CAPABILITY == (9, 0)
+    why = preload.import_all(["keeps_a_stand_in"], answers=answers)
+    assert why is not None and "keeps_a_stand_in.current_device" in why
+
+
+def test_without_nvml_the_imports_run_unchanged(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
+    with preload.nvml_answers() as replaced:
+        assert replaced == {}

@@ -4,6 +4,9 @@ from. Never raises (multiprocessing's fork server would end on anything but an I
 every launch would then fail): a failed import or an unsafe state is written to the status file,
 and the launches fall back to spawn.
 
+The imports run with torch.cuda's device queries answered from NVML (device_facts.py): SGLang's
+kernel package asks the compute capability at import, which would otherwise initialise CUDA.
+
 Safe means: CUDA was not initialised (the driver cannot be used in a child forked after cuInit; a
 driver library that is merely mapped, by an extension linked against it, is fine), and no thread
 besides the main one runs (a fork copies only the forking thread, and any lock another thread held
@@ -12,6 +15,7 @@ stays locked in the child).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -19,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from sglang_foundry import device_facts
 from sglang_foundry.fork_server import STATUS_ENV
 
 # What a scheduler and a detokenizer import before they do anything (their spawn targets' modules).
@@ -74,13 +79,36 @@ def write_status(path: str, status: dict) -> None:
     os.replace(tmp, path)  # the main process never reads half a file
 
 
+def nvml_answers() -> contextlib.AbstractContextManager:
+    """torch.cuda's device queries answered from NVML (device_facts.py), or nothing changed where
+    NVML cannot answer (the imports may then initialise CUDA, and the status says so)."""
+    try:
+        import pynvml
+        import torch
+
+        return device_facts.answered_from(torch, device_facts.nvml_facts(torch, pynvml))
+    except Exception:  # noqa: BLE001 - no NVML: import as SGLang does
+        return contextlib.nullcontext({})
+
+
+def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager] = nvml_answers) -> str | None:
+    """Imports ``modules`` with the device queries answered from NVML; returns why the process is
+    not safe to fork from, or None."""
+    with answers() as replaced:
+        for name in modules:
+            __import__(name)
+    kept = device_facts.kept_references(replaced)
+    if kept:
+        return ("importing SGLang kept a reference to the fork server's NVML stand-in for torch.cuda's device "
+                f"queries ({', '.join(kept[:5])}), which would answer for the wrong device later")
+    return unsafe_reason()
+
+
 def run(modules=MODULES, path: str | None = None) -> dict:
     """Imports ``modules``, checks the process, writes the status; returns it."""
     start = time.perf_counter()
     try:
-        for name in modules:
-            __import__(name)
-        why = unsafe_reason()
+        why = import_all(modules)
     except BaseException as exc:  # noqa: BLE001 - see the module docstring
         why = f"importing SGLang failed ({type(exc).__name__}: {exc})"
     status = {"safe": why is None, "why": why or "", "import_s": round(time.perf_counter() - start, 3),

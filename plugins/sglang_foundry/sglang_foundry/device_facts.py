@@ -1,0 +1,110 @@
+"""torch.cuda's device queries answered from NVML while the fork server imports SGLang.
+
+``import sgl_kernel`` picks its kernel library by the GPU's compute capability, which it asks
+through ``torch.cuda.current_device()`` and ``get_device_properties()``: that initialises CUDA (seen
+on the H200 with SGLang 0.5.17 and sglang-kernel 0.4.5), and a process that initialised CUDA
+cannot fork children that use it. During the fork server's imports,
+those queries get the same answers from NVML (:func:`answered_from` with :func:`nvml_facts`), which
+never touches the CUDA driver; afterwards torch's own functions are back.
+
+A module that kept a reference to one of the stand-ins (``from torch.cuda import current_device``
+at import) would answer from NVML for good, also after ``torch.cuda.set_device``:
+:func:`kept_references` finds such references, and the fork server is then reported unsafe, so
+SGLang's children are spawned as usual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+QUERIES = ("current_device", "get_device_properties", "get_device_capability", "get_device_name")
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What a device's ``torch.cuda.get_device_properties`` gives, as far as NVML knows it."""
+
+    name: str
+    major: int
+    minor: int
+    total_memory: int
+
+
+def nvml_facts(torch: Any, nvml: Any) -> Callable[[int], DeviceFacts]:
+    """A function of a CUDA device index (as this process numbers devices, CUDA_VISIBLE_DEVICES
+    applied) to its facts from NVML; raises when NVML or torch cannot map the index."""
+    nvml.nvmlInit()
+    cache: dict[int, DeviceFacts] = {}
+
+    def facts(index: int) -> DeviceFacts:
+        if index not in cache:
+            handle = nvml.nvmlDeviceGetHandleByIndex(torch.cuda._get_nvml_device_index(index))
+            name = nvml.nvmlDeviceGetName(handle)
+            major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+            cache[index] = DeviceFacts(name.decode() if isinstance(name, bytes) else str(name), int(major), int(minor),
+                                       int(nvml.nvmlDeviceGetMemoryInfo(handle).total))
+        return cache[index]
+
+    return facts
+
+
+def _index(device: Any) -> int:
+    if device is None:
+        return 0
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        return int(device.split(":")[1]) if ":" in device else 0
+    index = getattr(device, "index", None)
+    return 0 if index is None else int(index)
+
+
+def stand_ins(facts: Callable[[int], DeviceFacts]) -> dict[str, Callable[..., Any]]:
+    """The four queries, answered from ``facts``; the current device is device 0, as in a process
+    that has not chosen one."""
+
+    def current_device() -> int:
+        return 0
+
+    def get_device_properties(device: Any = None) -> DeviceFacts:
+        return facts(_index(device))
+
+    def get_device_capability(device: Any = None) -> tuple[int, int]:
+        f = facts(_index(device))
+        return f.major, f.minor
+
+    def get_device_name(device: Any = None) -> str:
+        return facts(_index(device)).name
+
+    return {"current_device": current_device, "get_device_properties": get_device_properties,
+            "get_device_capability": get_device_capability, "get_device_name": get_device_name}
+
+
+@contextlib.contextmanager
+def answered_from(torch: Any, facts: Callable[[int], DeviceFacts]) -> Iterator[dict[str, Callable[..., Any]]]:
+    """For the duration of the block, ``torch.cuda``'s four queries answer from ``facts`` (see
+    :func:`nvml_facts`); yields the stand-ins (for :func:`kept_references`)."""
+    replaced = stand_ins(facts)
+    saved = {name: getattr(torch.cuda, name) for name in QUERIES}
+    for name, fn in replaced.items():
+        setattr(torch.cuda, name, fn)
+    try:
+        yield replaced
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.cuda, name, fn)
+
+
+def kept_references(replaced: dict[str, Callable[..., Any]]) -> list[str]:
+    """``module.attribute`` of every loaded module's attribute that is one of the stand-ins."""
+    ids = {id(fn) for fn in replaced.values()}
+    found = []
+    for name, module in list(sys.modules.items()):
+        for attr, value in list(getattr(module, "__dict__", {}).items()):
+            if id(value) in ids:
+                found.append(f"{name}.{attr}")
+    return sorted(found)
