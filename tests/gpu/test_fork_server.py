@@ -21,5 +21,6 @@ def test_a_child_forked_from_the_fork_server_uses_cuda_under_the_preload(program
     assert r["exitcode"] == 0, r
     assert r["imported_in"] != r["pid"] and r["ppid"] != r["main"]  # forked from the fork server
     assert r["sum"] == 1023 * 1024 / 2
+    assert r["import_capability"] == r["capability"]  # answered from NVML at import, as CUDA answers it
     assert "libfoundry.so" in r["preload"] and r["preload"] == r["main_preload"]
     print(f"forked child on {r['device']}; the fork server imported in {r['status']['import_s']:.2f} s")

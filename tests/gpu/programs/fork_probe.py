@@ -1,6 +1,6 @@
 """sglang-foundry's fork server on a real GPU, over a synthetic ``sglang`` package (SGLang itself is
 not needed): the fork server imports torch and maps the CUDA driver without initialising it, and
-a child forked from it uses CUDA; the safety probe tells a mapped driver from an initialised one.
+a child forked from it uses CUDA (the import asks the compute capability, as sgl_kernel's does); the safety probe tells a mapped driver from an initialised one.
 
 Usage: fork_probe.py probe | fork WORKDIR
 """
@@ -18,12 +18,17 @@ SCHEDULER = '''
 import ctypes, json, os
 import torch
 ctypes.CDLL("libcuda.so.1")  # mapped, as an extension linked against the driver maps it
+# What sgl_kernel asks at import to choose its kernels (which initialises CUDA unless answered otherwise).
+_props = torch.cuda.get_device_properties(torch.cuda.current_device())
+IMPORT_CAPABILITY = _props.major * 10 + _props.minor
 IMPORTED_IN = os.getpid()
 
 def run_scheduler_process(out):
     x = torch.arange(1024, device="cuda", dtype=torch.float64)
     with open(out, "w") as f:
+        major, minor = torch.cuda.get_device_capability()
         json.dump({"pid": os.getpid(), "ppid": os.getppid(), "imported_in": IMPORTED_IN,
+                   "import_capability": IMPORT_CAPABILITY, "capability": major * 10 + minor,
                    "sum": float(x.sum().item()), "device": torch.cuda.get_device_name(0),
                    "preload": os.environ.get("LD_PRELOAD", "")}, f)
 '''
