@@ -97,13 +97,19 @@ KEPT_LOCATIONS: dict[str, Callable[[Mapping[str, str]], Path]] = {
 
 
 def cold_environment(root: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The variables a start on empty caches sets: each cache variable at its own empty directory
-    under ``root`` (created here), and the :data:`KEPT_LOCATIONS` the user did not set at the host's
-    location where it exists. ``root`` must not exist yet or be empty: the start would not be cold."""
-    environ = os.environ if environ is None else environ
+    """The variables a start on empty caches sets: :func:`cache_environment` over ``root``, which
+    must not exist yet or be empty: the start would not be cold."""
     root = Path(root)
     if root.exists() and any(root.iterdir()):
         raise ValueError(f"{root} is not empty: a cold start needs fresh cache directories")
+    return cache_environment(root, environ)
+
+
+def cache_environment(root: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Each cache variable at its own directory under ``root`` (created here), and the
+    :data:`KEPT_LOCATIONS` the user did not set at the host's location where it exists."""
+    environ = os.environ if environ is None else environ
+    root = Path(root)
     changes: dict[str, str] = {}
     for var in CACHE_VARIABLES:
         path = root / var.subdir

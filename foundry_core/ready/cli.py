@@ -76,6 +76,10 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="where the run's directory for archives and cold caches goes (default: the system's temporary "
                         "directory); it is removed at the end")
     p.add_argument("--keep-work", action="store_true", help="keep the work directory (the last archive)")
+    p.add_argument("--caches", choices=("run", "host"), default="run",
+                   help="run: every start's compile caches in the run's own directory, emptied for each cold start "
+                        "(a new host with the same image and paths); host: warm starts use this host's caches, "
+                        "cold ones a fresh directory each (a new host whose paths differ)")
     p.add_argument("--no-chart", action="store_true", help="do not draw the PNG")
 
 
@@ -110,7 +114,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         spec.argv()  # a bad template is an error before anything starts
         options = harness.Options(spec, tuple(k.strip() for k in args.kinds.split(",") if k.strip()), args.rounds,
                                   args.results, args.timeout, args.keep_logs, args.warm_up, args.work,
-                                  args.keep_work)
+                                  args.keep_work, args.caches)
         run = harness.Run(options, progress=console.print)
         kinds.schedule(options.kinds, options.rounds, False)  # bad kinds or rounds fail here, not mid-run
         result = run.execute()

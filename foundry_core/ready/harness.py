@@ -7,6 +7,7 @@ file is rewritten after every start, so a run cut short keeps what it measured.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -42,6 +43,11 @@ class Options:
     warm_up: str = "auto"
     work: Path | None = None
     keep_work: bool = False
+    # "run": every start's caches in the run's own directory, emptied around each cold start (a
+    # new host with the same image: the same paths, nothing compiled; what an archive carries for
+    # the saving host's paths then applies). "host": warm starts use the host's own caches, cold
+    # ones a fresh directory each (a new host whose paths differ).
+    caches: str = "run"
 
 
 def host_is_warm(engine: Engine, environ: Mapping[str, str] | None = None) -> bool:
@@ -62,6 +68,8 @@ class Run:
             raise ValueError(f"keep_logs must be 'all' or 'tail', not {options.keep_logs!r}")
         if options.warm_up not in ("auto", "always", "never"):
             raise ValueError(f"warm_up must be 'auto', 'always' or 'never', not {options.warm_up!r}")
+        if options.caches not in ("run", "host"):
+            raise ValueError(f"caches must be 'run' or 'host', not {options.caches!r}")
         if options.timeout_s <= 0:
             raise ValueError(f"the per-start timeout must be positive, not {options.timeout_s}")
         self.options = options
@@ -74,22 +82,27 @@ class Run:
 
     def _warm_up_needed(self) -> bool:
         if self.options.warm_up == "auto":
+            if self.options.caches == "run":
+                return True  # the run's caches start empty
             return not host_is_warm(self.engine)
         return self.options.warm_up == "always"
+
+    def _caches(self, work: Path) -> Path | None:
+        return work / "caches" if self.options.caches == "run" else None
 
     def execute(self) -> dict:
         o = self.options
         if not server.port_free(o.spec.port):
             raise ValueError(f"port {o.spec.port} is in use: stop what listens there or pass another --port")
-        steps = kinds.schedule(o.kinds, o.rounds, self._warm_up_needed())
         self.results.mkdir(parents=True, exist_ok=True)
         if o.work is not None:
             Path(o.work).mkdir(parents=True, exist_ok=True)
         # A directory of its own: removing it at the end removes nothing the run did not make.
         work = Path(tempfile.mkdtemp(prefix="foundry-ready-", dir=o.work))
+        steps = kinds.schedule(o.kinds, o.rounds, self._warm_up_needed())
         self.result = {
             "engine": self.engine.name, "model": o.spec.model, "kinds": list(o.kinds), "rounds": o.rounds,
-            "port": o.spec.port, "command": o.spec.command or self.engine.command,
+            "port": o.spec.port, "command": o.spec.command or self.engine.command, "caches": o.caches,
             "extra_args": list(o.spec.extra_args), "timeout_s": o.timeout_s, "phases": list(PHASES),
             "work": str(work) if o.keep_work else None,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -117,13 +130,14 @@ class Run:
                         "phases": dict.fromkeys(PHASES), "markers": {}, "durations": {}, "foundry": "-"}
         try:
             archive = self._archive_for(step.kind, work, name)
-            plan = kinds.plan(step.kind, o.spec, start_dir, archive)
+            plan = kinds.plan(step.kind, o.spec, start_dir, archive, caches=self._caches(work))
         except ValueError as exc:
             record["error"] = str(exc)
             self.progress(f"[{index}/{total}] round {step.round} {step.kind}: not started: {exc}")
             return record
         record.update(command=plan.argv, env=plan.env, archive=str(archive) if archive else None)
-        self._run(plan, record)
+        with _emptied(self._caches(work) if step.kind in kinds.COLD_KINDS else None):
+            self._run(plan, record)
         if step.kind == "save" and record["ok"] and archive is not None and archive.is_dir():
             if self.archive is not None and self.archive != archive:
                 shutil.rmtree(self.archive, ignore_errors=True)  # only the latest SAVE's is used
@@ -174,6 +188,24 @@ class Run:
                       foundry=found.foundry, log_lines=len(proc.lines), wall_s=round(time.monotonic() - began, 3))
         if o.keep_logs == "tail":
             _keep_tail(log_path, proc.lines, found.matched_lines)
+
+
+@contextlib.contextmanager
+def _emptied(caches: Path | None):
+    """The run's cache directory empty for the block (its directories kept, their contents set
+    aside), then as it was: what the cold start compiled is dropped."""
+    if caches is None:
+        yield
+        return
+    aside = caches.with_name(caches.name + ".warm")
+    os.rename(caches, aside)
+    try:
+        for sub in aside.iterdir():
+            (caches / sub.name).mkdir(parents=True)
+        yield
+    finally:
+        shutil.rmtree(caches, ignore_errors=True)
+        os.rename(aside, caches)
 
 
 def _keep_tail(path: Path, lines: list[logparse.StampedLine], matched: set[int]) -> None:

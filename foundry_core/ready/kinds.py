@@ -4,7 +4,7 @@ A kind turns (engine, the user's model and arguments, a work directory) into a :
 the command and the environment changes of one start.
 
 - ``base-warm``: the engine unmodified, the host's caches as they are (warmed first, see harness.py);
-- ``base-cold``: unmodified, every cache location at a fresh empty directory (a new host or container);
+- ``base-cold``: unmodified, every cache location empty (a new host or container);
 - ``save``: ``--foundry-archive`` with a fresh archive directory, ``--foundry-mode save``;
 - ``load-warm``: ``--foundry-mode load`` of the latest SAVE's archive, the host's caches;
 - ``load-cold``: the same LOAD on empty caches.
@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from foundry_core.ready.caches import cold_environment
+from foundry_core.ready.caches import cache_environment, cold_environment
 from foundry_core.ready.engines import Engine
 
 KINDS: tuple[str, ...] = ("base-warm", "base-cold", "save", "load-warm", "load-cold")
@@ -69,14 +69,18 @@ class StartPlan:
 
 
 def plan(kind: str, spec: ServerSpec, work: Path, archive: Path | None = None,
-         environ: Mapping[str, str] | None = None) -> StartPlan:
-    """The start of ``kind``. ``work`` is this start's own empty directory (its cold caches go
-    there); ``archive`` is the directory SAVE writes (fresh) or LOAD reads (the latest SAVE's)."""
+         environ: Mapping[str, str] | None = None, caches: Path | None = None) -> StartPlan:
+    """The start of ``kind``. ``work`` is this start's own empty directory; ``archive`` is the
+    directory SAVE writes (fresh) or LOAD reads (the latest SAVE's). ``caches``: the run's own cache
+    directory, which every kind points the cache variables at (the harness empties it around a cold
+    start); without it warm kinds use the host's caches and cold kinds fresh ones under ``work``."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r} (known: {', '.join(KINDS)})")
     env: dict[str, str | None] = dict.fromkeys(UNSET)
     env["PYTHONUNBUFFERED"] = "1"  # each line reaches the harness when it is written, so its stamp is true
-    if kind in COLD_KINDS:
+    if caches is not None:
+        env.update(cache_environment(Path(caches), environ))
+    elif kind in COLD_KINDS:
         env.update(cold_environment(Path(work) / "caches", environ))
     foundry: list[str] = []
     if kind == "save" or kind in LOAD_KINDS:

@@ -139,17 +139,18 @@ def _command(fake) -> str:
     return f"{{python}} {fake['script']} {{model}}"
 
 
-def test_a_run_of_every_kind_against_a_fake_engine(fake, tmp_path):
+@pytest.mark.parametrize("caches", ["host", "run"])
+def test_a_run_of_every_kind_against_a_fake_engine(fake, tmp_path, caches):
     fake["model"].mkdir()
     results, work = tmp_path / "results", tmp_path / "work"
     code = cli.main(["ready", "vllm", str(fake["model"]), "--rounds", "2", "--results", str(results),
                      "--command", _command(fake), "--port", str(_free_port()), "--timeout", "60",
-                     "--work", str(work), "--python", sys.executable, "--", "--delay", "0.25"])
+                     "--work", str(work), "--python", sys.executable, "--caches", caches, "--", "--delay", "0.25"])
     assert code == 0
     result = report.read(results / "ready-vllm.json")
     starts = result["starts"]
 
-    # The host's compile cache was empty: one unrecorded unmodified start warmed it first.
+    # The compile cache was empty: one unrecorded unmodified start warmed it first.
     assert starts[0]["kind"] == "base-warm" and starts[0]["recorded"] is False
     recorded = [s for s in starts if s["recorded"]]
     assert [(s["round"], s["kind"]) for s in recorded] == [(r, k) for r in (1, 2) for k in kinds.KINDS]
@@ -159,14 +160,23 @@ def test_a_run_of_every_kind_against_a_fake_engine(fake, tmp_path):
     for s in recorded:
         lines = logparse.read_stamped(results / s["log"])
         text = "\n".join(line for _, line in lines)
-        # Warm kinds found the host's compile cache, cold ones a fresh empty one of their own.
-        if s["kind"] in kinds.COLD_KINDS:
-            assert "compile cache miss" in text and str(fake["host_cache"]) not in text
-            assert Path(s["env"]["VLLM_CACHE_ROOT"]).is_relative_to(work)
-            assert s["archive"] is None or Path(s["archive"]).is_relative_to(work)
+        if caches == "host":
+            # Warm kinds found the host's compile cache, cold ones a fresh empty one of their own.
+            if s["kind"] in kinds.COLD_KINDS:
+                assert "compile cache miss" in text and str(fake["host_cache"]) not in text
+                assert Path(s["env"]["VLLM_CACHE_ROOT"]).is_relative_to(work)
+                assert s["archive"] is None or Path(s["archive"]).is_relative_to(work)
+            else:
+                assert f"compile cache hit in {fake['host_cache']}" in text
+                assert "VLLM_CACHE_ROOT" not in s["env"]
         else:
-            assert f"compile cache hit in {fake['host_cache']}" in text
-            assert "VLLM_CACHE_ROOT" not in s["env"]
+            # Every kind at the run's own cache path; the cold ones found it empty, the warm ones
+            # found what the warm-up (and not a cold start) left there.
+            assert s["env"]["VLLM_CACHE_ROOT"] == starts[0]["env"]["VLLM_CACHE_ROOT"]
+            assert Path(s["env"]["VLLM_CACHE_ROOT"]).is_relative_to(work)
+            assert str(fake["host_cache"]) not in text
+            cache_line = "compile cache miss" if s["kind"] in kinds.COLD_KINDS else "compile cache hit in"
+            assert cache_line in text, s["kind"]
         expected = {"save": "saved", "load-warm": "restored", "load-cold": "restored"}.get(s["kind"], "-")
         assert s["foundry"] == expected, s["kind"]
         p = s["phases"]

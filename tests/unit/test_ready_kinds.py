@@ -36,6 +36,17 @@ def test_warm_kinds_leave_the_caches_as_they_are(tmp_path):
         assert not (tmp_path / kind).exists()  # no cache directories made
 
 
+def test_with_the_runs_own_caches_every_kind_points_at_the_same_directories(tmp_path):
+    # A cold start then differs from a warm one by the contents alone (the harness empties them),
+    # not by the paths: what an archive carries for SAVE's paths applies to a cold LOAD too.
+    run_caches = tmp_path / "caches"
+    envs = [kinds.plan(kind, _spec(), tmp_path / kind, archive=tmp_path / "archive", environ=HOST,
+                       caches=run_caches).env for kind in kinds.KINDS]
+    for var in caches.CACHE_VARIABLES:
+        assert {env[var.name] for env in envs} == {str(run_caches / var.subdir)}, var.name
+        assert (run_caches / var.subdir).is_dir()
+
+
 def test_every_kind_asks_for_foundry_on_the_command_line_or_not_at_all(tmp_path):
     archive = tmp_path / "archive"
     commands = {k: kinds.plan(k, _spec(), tmp_path / k, archive, HOST) for k in kinds.KINDS}
