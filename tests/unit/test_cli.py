@@ -22,7 +22,7 @@ def run(*args: str, **kw) -> subprocess.CompletedProcess:
 def test_help_lists_commands():
     out = run("--help")
     assert out.returncode == 0
-    for cmd in ("run", "preload-path", "doctor", "demo", "bench"):
+    for cmd in ("run", "preload-path", "doctor", "demo", "bench", "ready", "inspect", "verify", "diff"):
         assert cmd in out.stdout
 
 
