@@ -63,5 +63,17 @@ def run_program(name: str, *args: str, env: dict[str, str] | None = None, timeou
 
 
 @pytest.fixture
+def report(record_property):
+    """Prints a line for the reader and keeps it in the JUnit XML as a ``report`` property (under
+    pytest-xdist, as scripts/gpu-check may run the GPU suite, printed output is not shown)."""
+
+    def say(text: str) -> None:
+        print(text)
+        record_property("report", text.strip())
+
+    return say
+
+
+@pytest.fixture
 def program():
     return run_program

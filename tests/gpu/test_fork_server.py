@@ -15,7 +15,7 @@ def test_the_probe_tells_a_mapped_driver_from_an_initialised_one(program):
     assert r["initialised"] is not None and "initialised" in r["initialised"], r
 
 
-def test_a_child_forked_from_the_fork_server_uses_cuda_under_the_preload(program, tmp_path):
+def test_a_child_forked_from_the_fork_server_uses_cuda_under_the_preload(program, tmp_path, report):
     r = program("fork_probe", "fork", str(tmp_path))
     assert r["status"]["safe"] is True, r["status"]
     assert r["exitcode"] == 0, r
@@ -23,4 +23,4 @@ def test_a_child_forked_from_the_fork_server_uses_cuda_under_the_preload(program
     assert r["sum"] == 1023 * 1024 / 2
     assert r["import_capability"] == r["capability"]  # answered from NVML at import, as CUDA answers it
     assert "libfoundry.so" in r["preload"] and r["preload"] == r["main_preload"]
-    print(f"forked child on {r['device']}; the fork server imported in {r['status']['import_s']:.2f} s")
+    report(f"forked child on {r['device']}; the fork server imported in {r['status']['import_s']:.2f} s")

@@ -37,12 +37,12 @@ UNCAPTURABLE = {
 
 
 @pytest.mark.parametrize("model", SUITE)
-def test_decode_steps_restore_bit_identical(model, program, tmp_path):
+def test_decode_steps_restore_bit_identical(model, program, tmp_path, report):
     archive = str(tmp_path / "archive")
     saved = program("hf_decode_probe", "save", model, archive)
     loaded = program("hf_decode_probe", "load", model, archive)
     note = f" [{saved['note']}]" if saved["note"] else ""
-    print(f"\n{model}{note} (transformers {saved['transformers']}, torch {saved['torch']}): {saved['graphs']} graphs, "
+    report(f"\n{model}{note} (transformers {saved['transformers']}, torch {saved['torch']}): {saved['graphs']} graphs, "
           f"{saved['groups']} groups, {saved['nodes']} nodes; warm-up and capture {saved['capture_s']:.2f} s; "
           f"restore {loaded['images_s'] + loaded['restore_s']:.3f} s (images {loaded['images_s']:.3f} s, graphs "
           f"{loaded['restore_s']:.3f} s); replays equal to eager steps: {saved['eager'] == saved['decoded']}")
@@ -53,8 +53,8 @@ def test_decode_steps_restore_bit_identical(model, program, tmp_path):
 
 
 @pytest.mark.parametrize("model", sorted(UNCAPTURABLE))
-def test_forwards_with_host_synchronization_cannot_be_captured(model, program):
+def test_forwards_with_host_synchronization_cannot_be_captured(model, program, report):
     r = program("hf_decode_probe", "capture", model)
-    print(f"\n{model} cannot be captured: {UNCAPTURABLE[model]}.\nThe capture failed with: {r.get('error')}")
+    report(f"\n{model} cannot be captured: {UNCAPTURABLE[model]}.\nThe capture failed with: {r.get('error')}")
     assert not r["captured"], f"{model} was captured: the reason recorded here no longer holds; add it to SUITE"
     assert "captur" in (r["error"] + r["final_error"]).lower(), r
