@@ -201,3 +201,71 @@ def adapter_fingerprint(adapter: FakeAdapter, rank: int = 0) -> dict:
 
     return engine_fingerprint(*adapter.identity, adapter.model, adapter.sizes, adapter.parallel, rank,
                               dtype=adapter.dtype, knobs=adapter.knobs)
+
+
+class PluginArchive:
+    """What load_graphs gives an engine plugin, over the outputs a SAVE kept in memory:
+    ``restored(name, index)`` makes each graph, ``copy(tensor)`` each output tensor as a fresh
+    process would rebuild it."""
+
+    def __init__(self, graphs: dict[str, tuple], restored: Any, copy: Any):
+        from foundry_core.graphs import LoadTimes
+
+        self.graphs = [restored(name, i) for i, name in enumerate(graphs)]
+        self._outputs = [tuple(copy(t) for t in graphs[name]) for name in graphs]
+        self.closed = False
+        self.times = LoadTimes()
+
+    def __iter__(self):
+        return iter(self.graphs)
+
+    def __len__(self):
+        return len(self.graphs)
+
+    def outputs(self, i):
+        return self._outputs[i]
+
+    def close(self):
+        self.closed = True
+
+
+class PluginArchiveIO:
+    """save_graphs / load_graphs / open_archive / load_images as an engine plugin's session calls
+    them: the manifest and payload files for the session's completeness checks, the graph names
+    and output tensors kept in memory. ``graph_type``: the class SAVE must capture with;
+    ``restored`` and ``copy``: as for :class:`PluginArchive`."""
+
+    def __init__(self, graph_type: type, restored: Any, copy: Any):
+        self.graph_type, self.restored, self.copy = graph_type, restored, copy
+        self.saved: dict[Path, dict[str, tuple]] = {}
+        self.loaded: list[Path] = []
+        self.images_loaded: list[Path] = []
+
+    def save_graphs(self, directory, graphs, fingerprint=None):
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        doc = manifest_doc(dict(fingerprint or {}))
+        doc["graphs"] = [{"name": n, "outputs": {"kind": "none", "tensors": []}} for n in graphs]
+        write_manifest(d / MANIFEST_NAME, doc)
+        (d / "graphs.fgr").write_bytes(b"FGR")
+        (d / "images").mkdir(exist_ok=True)
+        assert all(isinstance(g, self.graph_type) for g, _ in graphs.values()), "SAVE must capture with Foundry's graphs"
+        self.saved[d] = {name: tuple(out) for name, (_, out) in graphs.items()}
+        return SimpleNamespace(graphs=len(graphs), path=d)
+
+    def load_graphs(self, path, mode="eager", threads=4, fingerprint=None, defer=None):
+        d = Path(path)
+        check_fingerprint(read_manifest(d / MANIFEST_NAME)["fingerprint"], {**ENVIRONMENT, **(fingerprint or {})})
+        self.loaded.append(d)
+        return PluginArchive(self.saved[d], self.restored, self.copy)
+
+    def open_archive(self, path, check_environment=True, fingerprint=None):
+        d = Path(path)
+        manifest = read_manifest(d / MANIFEST_NAME)
+        if check_environment:
+            check_fingerprint(manifest["fingerprint"], {**ENVIRONMENT, **(fingerprint or {})})
+        return d / MANIFEST_NAME, manifest
+
+    def load_images(self, directory, lazy=False):
+        self.images_loaded.append(Path(directory))
+        return 0

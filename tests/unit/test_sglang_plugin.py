@@ -28,7 +28,7 @@ import pytest
 from plugin_support import (  # noqa: E402
     FakeDevice, Plugin, check_no_pause_after_finish, check_pause_nesting, check_pause_resumes_after_failure,
     exec_fake_modules, fake_child_env, install_fake_packages, install_fake_torch, session_fingerprint)
-from test_engine_support import ENVIRONMENT, FakeRuntime, manifest_doc
+from test_engine_support import FakeRuntime, PluginArchiveIO
 
 PLUGIN_DIR = Path(__file__).resolve().parents[2] / "plugins" / "sglang_foundry"
 try:
@@ -39,9 +39,6 @@ except ImportError:  # not installed: test the source tree
 from foundry_core.engine import Mode  # noqa: E402
 from foundry_core.engine.layout import rank_dir  # noqa: E402
 from foundry_core.errors import InvalidArgumentError, MismatchError, StateError, UnsupportedError  # noqa: E402
-from foundry_core.graphs import LoadTimes  # noqa: E402
-from foundry_core.fingerprint import check_fingerprint  # noqa: E402
-from foundry_core.manifest import MANIFEST_NAME, read_manifest, write_manifest  # noqa: E402
 
 from sglang_foundry import adapter as adapter_mod  # noqa: E402
 from sglang_foundry import (  # noqa: E402
@@ -1046,63 +1043,14 @@ class FakeRestored:
         sys.modules["sglang"].LOG.append(("replay", self.name))
 
 
-class FakeArchive:
-    def __init__(self, graphs):
-        self.graphs = [FakeRestored(name, i) for i, name in enumerate(graphs)]
-        self._outputs = [tuple(FakeTensor(t.ptr, t.shape) for t in graphs[name]) for name in graphs]
-        self.closed = False
-        self.times = LoadTimes()
-
-    def __iter__(self):
-        return iter(self.graphs)
-
-    def __len__(self):
-        return len(self.graphs)
-
-    def outputs(self, i):
-        return self._outputs[i]
-
-    def close(self):
-        self.closed = True
-
-
-class ArchiveIO:
-    """save_graphs / load_graphs as the session calls them: the manifest and payload files for the
-    session's completeness checks, the graph names and output tensors kept in memory."""
-
+class ArchiveIO(PluginArchiveIO):
     def __init__(self):
-        self.saved: dict[Path, dict[str, tuple]] = {}
-        self.loaded: list[Path] = []
-        self.images_ahead: list[Path] = []  # directories whose images a thread loaded ahead
-
-    def save_graphs(self, directory, graphs, fingerprint=None):
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        doc = manifest_doc(dict(fingerprint or {}))
-        doc["graphs"] = [{"name": n, "outputs": {"kind": "none", "tensors": []}} for n in graphs]
-        write_manifest(d / MANIFEST_NAME, doc)
-        (d / "graphs.fgr").write_bytes(b"FGR")
-        (d / "images").mkdir(exist_ok=True)
-        assert all(isinstance(g, KeepGraph) for g, _ in graphs.values()), "SAVE must capture with Foundry's graphs"
-        self.saved[d] = {name: tuple(out) for name, (_, out) in graphs.items()}
-        return types.SimpleNamespace(graphs=len(graphs), path=d)
-
-    def load_graphs(self, path, mode="eager", threads=4, fingerprint=None, defer=None):
-        d = Path(path)
-        check_fingerprint(read_manifest(d / MANIFEST_NAME)["fingerprint"], {**ENVIRONMENT, **(fingerprint or {})})
-        self.loaded.append(d)
-        return FakeArchive(self.saved[d])
-
-    def open_archive(self, path, check_environment=True, fingerprint=None):
-        d = Path(path)
-        manifest = read_manifest(d / MANIFEST_NAME)
-        check_fingerprint(manifest["fingerprint"], {**ENVIRONMENT, **(fingerprint or {})})
-        return d / MANIFEST_NAME, manifest
+        super().__init__(KeepGraph, FakeRestored, lambda t: FakeTensor(t.ptr, t.shape))
+        self.images_ahead = self.images_loaded  # directories whose images a thread loaded ahead
 
     def load_images(self, directory, lazy=False):
         assert threading.current_thread().name == "foundry-images-ahead"
-        self.images_ahead.append(Path(directory))
-        return 0
+        return super().load_images(directory, lazy)
 
 
 @dataclasses.dataclass

@@ -16,22 +16,18 @@ import json
 import logging
 import sys
 import types
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from plugin_support import FakeDevice, clear_environment, install_fake_torch, saved_logger, session_fingerprint
-from test_engine_support import ENVIRONMENT, FakeRuntime, manifest_doc
+from test_engine_support import FakeRuntime, PluginArchiveIO
 from test_trtllm_fake import write_tree
 
 from foundry_core.engine import Mode
 from foundry_core.engine.layout import rank_dir
 from foundry_core.engine.state import read_state
 from foundry_core.errors import InvalidArgumentError, MismatchError, StateError, UnsupportedError
-from foundry_core.fingerprint import check_fingerprint
-from foundry_core.graphs import LoadTimes
-from foundry_core.manifest import MANIFEST_NAME, read_manifest, write_manifest
 
 from trtllm_foundry import (adapter as adapter_mod, capture_patches, cli, importhook, llm_patches, modes, options,
                             outputs, patching, restore, runtime, worker_patches)
@@ -214,55 +210,9 @@ class FakeRestored:
         sys.modules["tensorrt_llm._fake"].LOG.append(("restored_replay", self.name))
 
 
-class FakeArchive:
-    def __init__(self, graphs):
-        self.graphs = [FakeRestored(name, i) for i, name in enumerate(graphs)]
-        self._outputs = [tuple(T(t.data_ptr()) for t in graphs[name]) for name in graphs]
-        self.closed = False
-        self.times = LoadTimes()
-
-    def __iter__(self):
-        return iter(self.graphs)
-
-    def __len__(self):
-        return len(self.graphs)
-
-    def outputs(self, i):
-        return self._outputs[i]
-
-    def close(self):
-        self.closed = True
-
-
-class ArchiveIO:
-    """save_graphs / load_graphs as the session calls them, keeping the saved outputs in memory."""
-
+class ArchiveIO(PluginArchiveIO):
     def __init__(self):
-        self.saved: dict[Path, dict[str, tuple]] = {}
-
-    def save_graphs(self, directory, graphs, fingerprint=None):
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        doc = manifest_doc(dict(fingerprint or {}))
-        doc["graphs"] = [{"name": n, "outputs": {"kind": "none", "tensors": []}} for n in graphs]
-        write_manifest(d / MANIFEST_NAME, doc)
-        (d / "graphs.fgr").write_bytes(b"FGR")
-        (d / "images").mkdir(exist_ok=True)
-        assert all(isinstance(g, KeepGraph) for g, _ in graphs.values()), "SAVE must capture with Foundry's graphs"
-        self.saved[d] = {name: tuple(out) for name, (_, out) in graphs.items()}
-        return types.SimpleNamespace(graphs=len(graphs), path=d)
-
-    def load_graphs(self, path, mode="eager", threads=4, fingerprint=None, defer=None):
-        d = Path(path)
-        check_fingerprint(read_manifest(d / MANIFEST_NAME)["fingerprint"], {**ENVIRONMENT, **(fingerprint or {})})
-        return FakeArchive(self.saved[d])
-
-    def open_archive(self, path, check_environment=True, fingerprint=None):
-        d = Path(path)
-        return d / MANIFEST_NAME, read_manifest(d / MANIFEST_NAME)
-
-    def load_images(self, directory, lazy=False):
-        return 0
+        super().__init__(KeepGraph, FakeRestored, lambda t: T(t.data_ptr()))
 
 
 class RegionDevice(FakeDevice):
