@@ -18,7 +18,10 @@ enum class WordClass {
   kOutside,       // outside the region: only the driver can say whether it is device memory
 };
 
-const char* word_class_name(WordClass c);
+// Device addresses are canonical 48-bit user-space addresses above 4 GiB on every supported
+// platform; anything else is a count, a size or a pair of small 32-bit fields. Inline and
+// lock-free: SAVE asks it of millions of words before it asks the region about the rest.
+inline bool is_scalar_word(uint64_t value) { return value < (1ull << 32) || value >= (1ull << 48); }
 
 // `base` is the region's address (0: no region, every address is outside); `va` its live blocks
 // and `log` its history. *block receives the live block for kLive.
