@@ -42,6 +42,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sglang_foundry.options import env_flag
+
 logger = logging.getLogger("foundry.sglang")
 
 SWITCH_ENV = "FOUNDRY_SGLANG_FORK_SERVER"
@@ -52,7 +54,6 @@ PRELOAD_MODULE = "sglang_foundry.fork_server_preload"
 STATUS_TIMEOUT_S = 300.0
 # The commands that start SGLang's server: ``python -m sglang.launch_server`` and ``sglang serve``.
 SERVER_MODULES = ("sglang.launch_server",)
-_FALSE = ("0", "false", "no", "off")
 
 
 # ---- start-up (the main process, at interpreter start) -----------------------------------
@@ -60,8 +61,7 @@ _FALSE = ("0", "false", "no", "off")
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
     """Whether the fork server is wanted (default yes; ``FOUNDRY_SGLANG_FORK_SERVER=0`` says no)."""
-    env = os.environ if environ is None else environ
-    return env.get(SWITCH_ENV, "").strip().lower() not in _FALSE
+    return env_flag(SWITCH_ENV, True, environ)
 
 
 def starts_server(orig_argv: Sequence[str]) -> bool:
@@ -146,8 +146,15 @@ class _State:
         """The fork server's own account of its imports, waiting for them to end (a fork would
         wait as long); ``{"safe": False, "why": ...}`` when it cannot be had."""
         if self._status is None:
-            self._status = read_status(self.status_path, timeout_s) if self.status_path else \
-                {"safe": False, "why": "no fork server was started (see FOUNDRY_SGLANG_FORK_SERVER)"}
+            if self.status_path is None:
+                self._status = {"safe": False, "why": "no fork server was started (see FOUNDRY_SGLANG_FORK_SERVER)"}
+            else:
+                if not os.path.exists(self.status_path):
+                    logger.info("foundry: waiting for the fork server to finish importing SGLang (at most %.0f s)",
+                                timeout_s)
+                self._status = read_status(self.status_path, timeout_s)
+                with contextlib.suppress(OSError):
+                    os.unlink(self.status_path)  # read once; no file per start left in the temporary directory
         return self._status
 
     def say_forked(self, what: str) -> None:
