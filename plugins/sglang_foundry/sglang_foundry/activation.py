@@ -50,8 +50,8 @@ def hosts_scheduler() -> bool:
 
 
 def activate(settings: Settings) -> None:
-    """Makes Foundry active in this process (idempotent): environment, logging, and the worker
-    and capture seams in a scheduler."""
+    """Makes Foundry active in this process (idempotent): environment, logging, the worker and
+    capture seams in a scheduler, the launch seams in a main process that started a fork server."""
     REGISTRATION.activate(settings, child_environment, _install_seams_here)
 
 
