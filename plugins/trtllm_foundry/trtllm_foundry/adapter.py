@@ -22,7 +22,6 @@ namespaces). What goes where:
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import os
@@ -31,7 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from foundry_core.engine import EngineAdapter, values
+from foundry_core.engine import EngineAdapter
+from foundry_core.engine.values import plain  # pydantic settings through model_dump, its default
 
 from trtllm_foundry import options
 from trtllm_foundry.modes import name_of, setting
@@ -56,9 +56,6 @@ KNOB_FIELDS = (
     "enable_chunked_prefill", "enable_autotuner", "moe_config", "cp_config", "enable_attention_dp",
     "enable_layerwise_nvtx_marker", "enable_min_latency", "stream_interval", "garbage_collection_gen0_threshold",
 )
-
-# Pydantic settings dump through model_dump; plain() turns enums into names.
-plain = functools.partial(values.plain, dumps=("model_dump",))
 
 
 def capture_sizes(llm_args: Any) -> list[int]:
