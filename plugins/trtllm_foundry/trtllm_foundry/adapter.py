@@ -90,13 +90,9 @@ class TrtllmAdapter(EngineAdapter):
     def installed_engine_version(self) -> str:
         """``engine_version`` when given, else the installed distribution's version, else the
         ``__version__`` of the ``tensorrt_llm`` package this worker imported (a source tree)."""
-        if self._version:
-            return self._version
         try:
-            from importlib import metadata
-
-            return metadata.version(DISTRIBUTION)
-        except Exception:  # noqa: BLE001 - not installed as a distribution
+            return super().installed_engine_version()
+        except ImportError:  # no distribution: the shared fallback looks for a module named "tensorrt-llm"
             return str(getattr(sys.modules.get(ENGINE_NAME), "__version__", "unknown"))
 
     # ---- required hooks ----------------------------------------------------------------------
