@@ -12,7 +12,6 @@ object is changed, not replaced: the ``main`` group holds it by reference.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -57,12 +56,7 @@ def wrap_callback(callback: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _command() -> Any:
-    s = seams.seam(SEAM)
-    try:
-        module = importlib.import_module(s.module)
-    except ImportError as exc:
-        raise patching.error(SEAM, f"cannot be imported ({exc})") from None
-    command = getattr(module, s.qualname, None)
+    command = patching.resolve(SEAM)[2]
     if not isinstance(getattr(command, "params", None), list) or not callable(getattr(command, "callback", None)):
         raise patching.error(SEAM, f"is a {type(command).__name__}, expected a click command")
     return command

@@ -16,7 +16,7 @@ from trtllm_foundry.modes import OFF_HINT
 from trtllm_foundry.seams import TABLE
 
 __all__ = ["MARKER", "SeamError", "trtllm_version", "install", "is_installed", "original", "installed_names",
-           "uninstall_all", "error"]
+           "uninstall_all", "error", "resolve"]
 
 
 def trtllm_version() -> str:
@@ -46,6 +46,12 @@ def installed_names() -> list[str]:
 def original(name: str) -> Callable[..., Any]:
     """The function a seam wrapped (KeyError when it is not installed)."""
     return _PATCHER.original(name)
+
+
+def resolve(name: str) -> tuple[Any, str, Any]:
+    """(owner, attribute name, raw attribute) of seam ``name`` in the installed TensorRT-LLM;
+    SeamError when its module cannot be imported or the attribute does not exist."""
+    return _PATCHER.resolve(TABLE.seam(name))
 
 
 def error(name: str, problem: str) -> SeamError:
