@@ -31,7 +31,8 @@ __all__ = ["SEAM", "PARAMS", "install", "uninstall", "options_for", "wrap_callba
 
 
 def options_for(click: Any) -> list[Any]:
-    """The two click options (help as in foundry_core.engine.flags)."""
+    """The two click options: the flag names of foundry_core.engine.flags, with shorter help that names
+    the plugin."""
     return [
         click.Option([flags.ARCHIVE_FLAG, PARAMS[0]], type=str, default=None, metavar="DIR",
                      help="Foundry archive directory (default: $FOUNDRY_ARCHIVE). Without an archive Foundry is off "
