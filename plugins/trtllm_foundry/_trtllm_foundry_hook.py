@@ -4,7 +4,9 @@ TensorRT-LLM offers no plugin entry point and its arguments reject unknown keys,
 attaches by patching TensorRT-LLM's modules as they are imported (``trtllm_foundry.importhook``).
 Every interpreter runs this module at start-up: shells, compilers, the ``trtllm-serve`` process and
 the workers MPI spawns with ``sys.executable``. So it imports nothing beyond ``os`` and ``sys``
-until it has decided that Foundry is active, and it never raises.
+unless ``FOUNDRY_ARCHIVE`` or a ``--foundry-*`` flag is there; then it decides with foundry-core's
+start-up hook (``_foundry_autopreload``, which that hook's own .pth has loaded already) and imports
+the plugin only when Foundry is active. It never raises.
 
 Foundry is active when an archive is named (``--foundry-archive DIR`` on the command line, or
 ``FOUNDRY_ARCHIVE``) and the mode (``--foundry-mode`` / ``FOUNDRY_MODE``) is not ``off``, as
