@@ -65,8 +65,14 @@ def _rank(mapping: Any) -> int:
 
 def wrap_engine_init(original: Callable[..., Any]) -> Callable[..., Any]:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if runtime.current() is not None or resolve_settings().mode is Mode.OFF:
-            return original(self, *args, **kwargs)  # a second engine (refused earlier) or Foundry off
+        first = runtime.current()
+        if first is not None:  # a second LLM in this process (a draft model engine was refused earlier)
+            logger.warning("foundry: a second TensorRT-LLM model engine in this process (pid %d) starts without "
+                           "Foundry: trtllm-foundry handles one model engine per process (the first one's archive: "
+                           "%s); start it in a fresh process to use an archive", os.getpid(), first.session.archive)
+            return original(self, *args, **kwargs)
+        if resolve_settings().mode is Mode.OFF:
+            return original(self, *args, **kwargs)
         llm_args = kwargs.get("llm_args")
         setup_logging()
         check_worker_process(llm_args)
