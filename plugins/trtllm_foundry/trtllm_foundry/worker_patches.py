@@ -193,7 +193,12 @@ def wrap_build_managers(original: Callable[..., Any]) -> Callable[..., Any]:
         if not final or rt is None:
             return result
         rt.phase = Phase.FINAL
-        blocks, nbytes = kv_cache_size(kv_manager(resources))
+        manager = kv_manager(resources)
+        blocks, nbytes = kv_cache_size(manager)
+        if not blocks:
+            logger.warning("foundry: the size of the KV cache TensorRT-LLM built cannot be read (%s), so LOAD cannot "
+                           "compare it with SAVE's", f"no {KV_MANAGER} in its resources" if manager is None
+                           else "get_kv_cache_stats() gives no max_num_blocks")
         if rt.mode is Mode.LOAD:
             _check_kv(rt, blocks, nbytes)
         rt.adapter.state.update({"kv_cache_blocks": blocks, "kv_cache_bytes": nbytes, KV_INPUTS_KEY: inputs})
