@@ -116,8 +116,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                                   args.results, args.timeout, args.keep_logs, args.warm_up, args.work,
                                   args.keep_work, args.caches)
         run = harness.Run(options, progress=console.print)
-        kinds.schedule(options.kinds, options.rounds, False)  # bad kinds or rounds fail here, not mid-run
-        result = run.execute()
+        result = run.execute()  # bad kinds or rounds are refused before anything starts
     except ValueError as exc:
         print(f"foundry ready: {exc}", file=sys.stderr)
         return 2

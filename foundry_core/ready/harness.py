@@ -92,6 +92,7 @@ class Run:
 
     def execute(self) -> dict:
         o = self.options
+        steps = kinds.schedule(o.kinds, o.rounds, self._warm_up_needed())  # bad kinds or rounds: before anything
         if not server.port_free(o.spec.port):
             raise ValueError(f"port {o.spec.port} is in use: stop what listens there or pass another --port")
         self.results.mkdir(parents=True, exist_ok=True)
@@ -99,7 +100,6 @@ class Run:
             Path(o.work).mkdir(parents=True, exist_ok=True)
         # A directory of its own: removing it at the end removes nothing the run did not make.
         work = Path(tempfile.mkdtemp(prefix="foundry-ready-", dir=o.work))
-        steps = kinds.schedule(o.kinds, o.rounds, self._warm_up_needed())
         self.result = {
             "engine": self.engine.name, "model": o.spec.model, "kinds": list(o.kinds), "rounds": o.rounds,
             "port": o.spec.port, "command": o.spec.command or self.engine.command, "caches": o.caches,
