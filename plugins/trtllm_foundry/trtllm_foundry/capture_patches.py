@@ -37,7 +37,7 @@ from typing import Any
 from foundry_core.engine import Mode
 from foundry_core.errors import MismatchError
 
-from trtllm_foundry import installing, options, outputs, restore, runtime, seams
+from trtllm_foundry import installing, modes, options, outputs, restore, runtime, seams
 from trtllm_foundry.runtime import CaptureLoop, Phase
 
 logger = logging.getLogger("foundry.tensorrt_llm")
@@ -145,8 +145,8 @@ def _save_loop(rt: runtime.WorkerRuntime, engine: Any, original: Callable[..., A
     captured_s = time.perf_counter() - start
     problems = [c.problem for c in loop.captured.values() if c.problem]
     if problems:
-        logger.error("foundry: %s; no archive is written (TensorRT-LLM runs with its captured graphs)",
-                     "; ".join(problems[:3]))
+        logger.error("foundry: %s; no archive is written (TensorRT-LLM runs with its captured graphs, and the next "
+                     "start captures again). Or %s", "; ".join(problems[:3]), modes.OFF_HINT)
         return result
     rt.adapter.state.update({
         GRAPHS_KEY: list(loop.captured),
