@@ -104,7 +104,8 @@ def _read_cache(rt: runtime.WorkerRuntime) -> Any:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        logger.warning("foundry: the autotuner's cache %s cannot be read (%s); the archive carries none", path, exc)
+        logger.warning("foundry: the autotuner's cache %s cannot be read (%s); the archive carries none, so a LOAD "
+                       "of it falls back to a normal start", path, exc)
         return None
 
 
