@@ -79,6 +79,12 @@ def watched_addresses(runner: Any, initial_inputs: Mapping[str, Any]) -> dict[st
                              "spec_metadata": initial_inputs.get("spec_metadata")})
 
 
+def _first(items: list[str], sep: str, limit: int = 3) -> str:
+    """The first ``limit`` of ``items`` joined by ``sep``, then ``(and N more)`` when there are more."""
+    more = f" (and {len(items) - limit} more)" if len(items) > limit else ""
+    return sep.join(items[:limit]) + more
+
+
 def address_problem(name: str, saved: Mapping[str, int], now: Mapping[str, int], limit: int = 3) -> str | None:
     """Why graph ``name``'s inputs are not where SAVE had them (a path missing now, or at another
     address), or None when every saved path is where it was."""
@@ -88,10 +94,7 @@ def address_problem(name: str, saved: Mapping[str, int], now: Mapping[str, int],
             diffs.append(f"{path} is missing (at SAVE {ptr:#x})")
         elif now[path] != ptr:
             diffs.append(f"{path} at {now[path]:#x}, at SAVE {ptr:#x}")
-    if not diffs:
-        return None
-    more = f" (and {len(diffs) - limit} more)" if len(diffs) > limit else ""
-    return f"graph {name!r}: " + "; ".join(diffs[:limit]) + more
+    return (f"graph {name!r}: " + _first(diffs, "; ", limit)) if diffs else None
 
 
 def moved_inputs(name: str, before: Mapping[str, int], after: Mapping[str, int]) -> str | None:
@@ -99,8 +102,7 @@ def moved_inputs(name: str, before: Mapping[str, int], after: Mapping[str, int])
     moved there), which LOAD, skipping them, could not reproduce; None when they did not."""
     created = sorted(set(after) - set(before))
     if created:
-        shown = ", ".join(created[:3]) + (f" (and {len(created) - 3} more)" if len(created) > 3 else "")
-        return f"graph {name!r}: the warmup forwards created the inputs {shown}"
+        return f"graph {name!r}: the warmup forwards created the inputs {_first(created, ', ')}"
     return address_problem(name, {p: after[p] for p in before if p in after}, before)
 
 
