@@ -103,7 +103,8 @@ def moved_inputs(name: str, before: Mapping[str, int], after: Mapping[str, int])
     created = sorted(set(after) - set(before))
     if created:
         return f"graph {name!r}: the warmup forwards created the inputs {_first(created, ', ')}"
-    return address_problem(name, {p: after[p] for p in before if p in after}, before)
+    moved = [f"{p} from {before[p]:#x} to {after[p]:#x}" for p in before if p in after and after[p] != before[p]]
+    return f"graph {name!r}: the warmup forwards moved the inputs {_first(moved, ', ')}" if moved else None
 
 
 def _capturing() -> bool:
