@@ -120,6 +120,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"foundry ready: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the results or work directory: not writable, or full
+        print(f"foundry ready: {exc}; check that --results and --work can be written and have room",
+              file=sys.stderr)
+        return 2
     report.print_result(result, console)
     console.print(f"result: {run.path}")
     if not args.no_chart:

@@ -34,7 +34,9 @@ def read(path: Path) -> dict:
         result = json.loads(path.read_text())
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file") from None
-    except json.JSONDecodeError as exc:
+    except OSError as exc:  # a directory, a file this user may not read
+        raise ValueError(f"{path}: cannot be read ({exc.strerror or exc}); give a run's ready-ENGINE.json") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not JSON ({exc})") from None
     if not isinstance(result, dict) or result.get("format") != FORMAT:
         raise ValueError(f"{path}: not a `foundry ready` result (no \"format\": \"{FORMAT}\")")
