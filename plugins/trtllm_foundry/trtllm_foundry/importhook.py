@@ -1,9 +1,10 @@
 """Patching TensorRT-LLM's modules as they are imported (TensorRT-LLM has no plugin entry point).
 
 :func:`install` (called by the start-up hook ``_trtllm_foundry_hook`` when Foundry is active) puts
-one finder first on ``sys.meta_path``. For the few modules that hold seams (:data:`TARGETS`) it
-finds the module's spec through the other finders and wraps its loader: right after the module's
-own code has run, the plugin's patch modules wrap that module's seams (:mod:`trtllm_foundry.seams`).
+one finder first on ``sys.meta_path``. For the few modules whose seams the plugin wraps
+(:data:`TARGETS`; the autotuner's seams are only called) it finds the module's spec through the
+other finders and wraps its loader: right after the module's own code has run, the plugin's patch
+modules wrap that module's seams (:mod:`trtllm_foundry.seams`).
 Every other import is answered "not mine" after one dict lookup. Modules already imported when
 :func:`install` runs are patched at once.
 
