@@ -6,7 +6,7 @@ and the contract checks (``contract.py``, tests/engines/test_trtllm_contract.py)
 list against an installed TensorRT-LLM and against its release sources. The fields of a
 :class:`foundry_core.engine.seam.Seam` are documented there; ``required=False`` marks a seam the
 plugin can do without. :data:`READ_FROM` says, per seam, which TensorRT-LLM source it was read
-from (docs/engine-trtllm.md has the file:line of each).
+from (docs/engine-trtllm.md describes those copies).
 
 Why these attributes (a worker's start-up in TensorRT-LLM 1.2, in order):
 

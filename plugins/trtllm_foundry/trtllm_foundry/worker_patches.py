@@ -1,6 +1,6 @@
 """The seams of a TensorRT-LLM worker's start-up before its warmup: the model engine and KV sizing.
 
-In start-up order (TensorRT-LLM 1.2 ``create_py_executor``; file:line in docs/engine-trtllm.md):
+In start-up order (TensorRT-LLM 1.2 ``create_py_executor``, as docs/engine-trtllm.md describes it):
 
 1. ``PyTorchModelEngine.__init__`` (before the weights load): refuses an unsupported configuration
    or a worker without the preload, starts the runtime (``session.begin()``: the region is set),
