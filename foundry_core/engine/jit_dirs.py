@@ -34,6 +34,7 @@ under its root.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -86,17 +87,23 @@ def mapped_files(maps: str | os.PathLike = MAPS) -> list[Path]:
     return [Path(p) for p in found]
 
 
+@functools.lru_cache(maxsize=8192)
+def _resolved(path: str) -> str:
+    """A mapped file's path through its links, found once per process (a loaded library stays
+    where it is): SAVE's watch asks it for each of the hundreds of files an engine's process maps,
+    for both caches, every second."""
+    return os.path.realpath(path)
+
+
 def module_dirs(root: Path, mapped: Iterable[Path]) -> list[str]:
     """The directories (relative to ``root``, POSIX) holding a file of ``mapped`` under ``root``."""
-    base = Path(os.path.realpath(root))
+    base = os.path.join(os.path.realpath(root), "")  # with its trailing "/"
     dirs: dict[str, None] = {}
     for path in mapped:
-        try:
-            rel = PurePosixPath(Path(os.path.realpath(path)).relative_to(base).as_posix())
-        except ValueError:
-            continue
-        if len(rel.parts) > 1:
-            dirs[str(rel.parent)] = None
+        real = _resolved(os.fspath(path))
+        parent = os.path.dirname(real[len(base):]) if real.startswith(base) else ""
+        if parent:
+            dirs[parent] = None
     return list(dirs)
 
 
