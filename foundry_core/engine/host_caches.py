@@ -263,9 +263,9 @@ class HostCaches:
         ``bound_to_root`` and the saving host's root was another: its reader would not use them."""
         saved = self.roots.get(tree.cache)
         if tree.bound_to_root and saved is not None and saved != os.path.realpath(tree.root):
-            logger.info("foundry: the archive's %s files are not placed: they were built in %s, this host's %s is %s, "
-                        "and their build records name absolute paths (the engine builds them; use the saving host's "
-                        "path to have them from the archive)", tree.cache, saved, tree.cache, tree.root)
+            logger.warning("foundry: the archive's %s files are not placed: they were built in %s, this host's %s is "
+                           "%s, and their build records name absolute paths (the engine builds them; use the saving "
+                           "host's path to have them from the archive)", tree.cache, saved, tree.cache, tree.root)
             return Copied()
         # Ninja's records (mtimes trees) must describe the files beside them: a unit the host has
         # begun stays the host's.
