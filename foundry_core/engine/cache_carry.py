@@ -173,7 +173,9 @@ class CachesAhead:
 
             base = knobs.cache.dir
         except Exception as exc:  # noqa: BLE001 - Triton restores each kernel at its lookup instead
-            self.log.debug("foundry: Triton's kernels not placed ahead (%s)", exc)
+            self.log.warning("foundry: Triton's carried kernels are not placed ahead: its cache directory is unknown "
+                             "(%s: %s); each is placed when Triton first looks it up, on the start's path",
+                             type(exc).__name__, exc)
             return
         for key in sorted({rel.partition("/")[0] for rel in self.source.paths(TRITON)}):
             carrier.looked_up(key, os.path.join(base, key))
