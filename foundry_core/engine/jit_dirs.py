@@ -52,6 +52,7 @@ FLASHINFER = "flashinfer"
 TVM_FFI = "tvm_ffi"
 MAPS = "/proc/self/maps"
 _BUILT, _GENERATED = "cached_ops", "generated"
+_unreadable_maps_said = False  # SAVE's watch asks every second: the warning is given once
 
 
 def flashinfer_root(environ: Mapping[str, str] | None = None) -> Path:
@@ -73,11 +74,15 @@ def tvm_ffi_root(environ: Mapping[str, str] | None = None) -> Path:
 
 def mapped_files(maps: str | os.PathLike = MAPS) -> list[Path]:
     """The files this process has mapped (its loaded libraries among them), from ``maps``; [] when
-    it cannot be read (not Linux)."""
+    it cannot be read (not Linux), which is said once at WARNING."""
+    global _unreadable_maps_said
     try:
         text = Path(maps).read_text(errors="replace")
     except OSError as exc:
-        logger.debug("foundry: %s not read (%s); no JIT module is carried", maps, exc)
+        if not _unreadable_maps_said:
+            logger.warning("foundry: %s cannot be read (%s), so no JIT module this start loaded is carried in the "
+                           "archive; a LOAD on a new host compiles them (Linux's /proc must be mounted)", maps, exc)
+            _unreadable_maps_said = True
         return []
     found: dict[str, None] = {}
     for line in text.splitlines():
