@@ -9,14 +9,18 @@ thread while the engine loads its model.
   cache trees its start used (``trees()``, asked again each time: e.g.
   :func:`foundry_core.engine.jit_dirs.trees`). :meth:`CacheCarry.carry` adds what is new since the
   last carry and writes the rank's list; :meth:`CacheCarry.watch` keeps carrying on a thread for a
-  while, once nothing new has appeared for a moment (so that a kernel being compiled is carried
-  when it is complete): a server compiles its prefill kernels at its first request, after the
-  start-up the engine's seams cover.
+  while, each time nothing new has appeared for :data:`QUIET_S`: a server compiles its prefill
+  kernels at its first request, after the start-up the engine's seams cover. A JIT module is used
+  once its library is loaded, so it is complete; a Triton kernel is used from its lookup, before
+  Triton compiles it, so one still compiling :data:`QUIET_S` after the last new entry is carried
+  as far as it is written (without its group file, which Triton writes last) and not again: a
+  LOAD compiles that kernel.
 - :class:`CachesAhead` (LOAD): places the carried trees the host lacks
   (:meth:`~foundry_core.engine.host_caches.HostCaches.restore`) on a thread, and the carried Triton
   kernels through Triton's carrier (as if Triton had looked each up: every one was used at SAVE);
-  :meth:`CachesAhead.wait` joins it before the engine can first look (the copy costs the start
-  nothing it waits for; a Triton kernel looked up earlier is restored by the carrier then).
+  :meth:`CachesAhead.wait` joins it before the engine can first look (the copy overlaps the
+  engine's own work; what is left of it then, the start waits for, and the wait is logged; a
+  Triton kernel looked up earlier is restored by the carrier at its lookup).
 """
 
 from __future__ import annotations
