@@ -5,7 +5,8 @@ node, a new container) does not compile it again.
 ::
 
     <archive>/host_caches/<sha256>         the carried files, named by their content
-    <archive>/rank<r>/host_caches.json     rank r's list: cache -> {path in the cache: {size, sha256}}
+    <archive>/rank<r>/host_caches.json     rank r's list: cache -> {path in the cache: {size, sha256,
+                                           mtime_ns (optional)}}, and each cache's directory at SAVE
 
 The list's format and its checks belong to the archive format (:mod:`foundry_core.cache_list`,
 which ``foundry verify`` uses too); this module writes and reads it for an engine's start.
