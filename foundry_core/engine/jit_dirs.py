@@ -27,9 +27,10 @@ Lock files (``lock``, ``*.lock``) are the loaders' own and are not carried. Nor 
 DLPack addon (``libtorch_c_dlpack_addon_torch<ver>-cuda.so`` at the cache's top): ``import tvm_ffi``
 builds it, before any engine seam, and only for a torch without its own DLPack exchange API.
 
-A start used a module exactly when its library is loaded in the process: :func:`mapped_files`
-reads ``/proc/self/maps``, and each tree's ``used`` holds the directories of the libraries mapped
-under its root.
+A start counts as using a module when its library is mapped in the process at the time of asking
+(a module built but never loaded, or unloaded again, is not carried): :func:`mapped_files` reads
+``/proc/self/maps``, and each tree's ``used`` holds the directories of the libraries mapped under
+its root.
 """
 
 from __future__ import annotations
