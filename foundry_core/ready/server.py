@@ -2,9 +2,10 @@
 output read line by line and stamped on arrival, and stopped as a whole.
 
 Stopping sends SIGINT to the group (the engines shut down cleanly on it), then SIGTERM, then
-SIGKILL, each after a grace period, and returns only once no process of the group is left, its
-port is free and, where ``nvidia-smi`` answers, none of its processes holds GPU memory: the next
-start must not pay for this one's teardown.
+SIGKILL, each after a grace period, and returns once no process of the group is left (or, with a
+warning, when SIGKILL's grace is over). The harness then waits, each up to a limit, until the port
+is free and, where ``nvidia-smi`` answers, none of the group's processes holds GPU memory, and
+records with the start whether they were: the next start must not pay for this one's teardown.
 """
 
 from __future__ import annotations
