@@ -157,6 +157,8 @@ def wait_port_free(port: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while not port_free(port):
         if time.monotonic() > deadline:
+            logger.warning("port %d is still in use %.0f s after its server stopped; the next start may fail to listen "
+                           "on it (see what holds it: ss -ltnp)", port, timeout)
             return False
         time.sleep(0.2)
     return True
