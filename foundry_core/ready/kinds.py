@@ -3,10 +3,11 @@
 A kind turns (engine, the user's model and arguments, a work directory) into a :class:`StartPlan`:
 the command and the environment changes of one start.
 
-- ``base-warm``: the engine unmodified, the host's caches as they are (warmed first, see harness.py);
+- ``base-warm``: the engine unmodified, its caches warm (the run's own, or the host's as they are
+  without ``caches``; warmed first, see harness.py);
 - ``base-cold``: unmodified, every cache location empty (a new host or container);
 - ``save``: ``--foundry-archive`` with a fresh archive directory, ``--foundry-mode save``;
-- ``load-warm``: ``--foundry-mode load`` of the latest SAVE's archive, the host's caches;
+- ``load-warm``: ``--foundry-mode load`` of the latest SAVE's archive, its caches warm;
 - ``load-cold``: the same LOAD on empty caches.
 """
 
