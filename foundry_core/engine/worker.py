@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from foundry_core.engine import host_caches, options, triton_cache
+from foundry_core.engine import cache_carry, host_caches, options, triton_cache
 from foundry_core.engine.host_caches import CacheTree, Copied, HostCaches
 from foundry_core.engine.images_ahead import EXEC_WARMUP_ENV, IMAGES_AHEAD_ENV
 from foundry_core.engine.mode import Mode, resolve_settings
@@ -221,9 +221,8 @@ class WorkerRuntime:
         where = self._archive_dirs()
         if where is None:
             return
-        source = HostCaches.read(*where) if self.mode is Mode.LOAD else None
-        carrier = triton_cache.TritonCarrier(source)
-        if triton_cache.install(carrier):
+        source, carrier = cache_carry.carry_in(*where, load=self.mode is Mode.LOAD)
+        if carrier is not None:
             self.triton = carrier
         if source is None:
             return
@@ -231,7 +230,7 @@ class WorkerRuntime:
         done = Copied()
         for tree in self.host_cache_trees():
             try:
-                done.add(source.restore_tree(tree.cache, tree.root, unit=tree.unit, last=tree.last))
+                done.add(source.restore(tree))
             except OSError as exc:
                 self.logger.warning("foundry: %s not taken from the archive (%s); the engine compiles", tree.cache, exc)
         if done.files or done.refused:
@@ -246,22 +245,7 @@ class WorkerRuntime:
         where = self._archive_dirs()
         if where is None:
             return
-        start = time.perf_counter()
-        caches = HostCaches(*where)
-        done = Copied()
-        try:
-            if self.triton is not None:
-                done.add(self.triton.carry(caches))
-            for tree in self.host_cache_trees():
-                for sub in tree.used:
-                    done.add(caches.add_tree(tree.cache, tree.root, sub, keep=tree.keep))
-            caches.write_list()
-        except OSError as exc:
-            self.logger.warning("foundry: compile caches not carried in the archive (%s); a LOAD on another host "
-                                "compiles them", exc)
-            return
-        self.logger.info("foundry: compile caches carried in the archive: %s, in %.2f s", done.describe(),
-                         time.perf_counter() - start)
+        cache_carry.CacheCarry(HostCaches(*where), self.triton, self.host_cache_trees, self.logger).carry()
 
     def _archive_dirs(self) -> tuple[Path, Path] | None:
         archive, rank_dir = self.session.archive, self.session.rank_dir
