@@ -5,6 +5,7 @@ synthetic ``sglang`` package written by the test."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -383,3 +384,68 @@ def test_without_nvml_the_imports_run_unchanged(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
     with preload.nvml_answers() as replaced:
         assert replaced == {}
+
+
+def _write_modules(tmp_path, monkeypatch, modules: dict[str, str]) -> None:
+    for name, body in modules.items():
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(body))
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_the_watch_names_the_import_that_initialised_the_driver(tmp_path, monkeypatch):
+    driver = {"initialised": False}
+    monkeypatch.setitem(sys.modules, "fake_driver_state", types.SimpleNamespace(state=driver))
+    _write_modules(tmp_path, monkeypatch, {
+        "harmless_first": "X = 1\n",
+        # As sgl_kernel's compute-capability check does: the body itself initialises the driver,
+        # and a later import is where the watch first sees it.
+        "initialises_driver": """\
+            import sys
+            sys.modules['fake_driver_state'].state['initialised'] = True
+            import imported_after
+            """,
+        "imported_after": "Y = 2\n",
+        "engine_top": "import harmless_first\nimport initialises_driver\n",
+    })
+    with preload.DriverWatch(initialised=lambda: driver["initialised"]) as watch:
+        __import__("engine_top")
+    assert watch.culprit.startswith("initialises_driver:3 <- engine_top:2")
+
+
+def test_the_watch_says_when_the_driver_was_initialised_before_it(monkeypatch):
+    with preload.DriverWatch(initialised=lambda: True) as watch:
+        pass
+    assert watch.culprit == "before the fork server's imports"
+
+
+def test_the_watch_puts_the_import_function_back():
+    import builtins
+
+    before = builtins.__import__
+    with preload.DriverWatch(initialised=lambda: False):
+        assert builtins.__import__ is not before
+    assert builtins.__import__ is before
+
+
+def test_imports_count_devices_through_nvml_and_the_switch_comes_back(tmp_path, monkeypatch):
+    monkeypatch.delenv(preload.NVML_CHECK_ENV, raising=False)
+    _write_modules(tmp_path, monkeypatch, {
+        # torch.cuda.is_available() reads the switch at every call, as this does.
+        "reads_the_switch": "import os\nSEEN = os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK')\n"})
+    why = preload.import_all(["reads_the_switch"], answers=lambda: contextlib.nullcontext({}))
+    assert why is None or "threads" in why  # this test process may run threads of its own
+    assert sys.modules["reads_the_switch"].SEEN == "1"
+    assert preload.NVML_CHECK_ENV not in os.environ  # a forked child counts devices as SGLang would
+
+
+def test_an_unsafe_reason_names_the_import_the_watch_saw(monkeypatch):
+    class Saw(preload.DriverWatch):
+        def __init__(self):
+            super().__init__(initialised=lambda: False)
+            self.culprit = "sgl_kernel:12 <- sglang.srt.layers.x:3"
+
+    monkeypatch.setattr(preload, "unsafe_reason", lambda: "importing SGLang initialised the CUDA driver (x)")
+    why = preload.import_all([], answers=lambda: contextlib.nullcontext({}), watch=Saw)
+    assert why == ("importing SGLang initialised the CUDA driver (x); first seen after an import in "
+                   "sgl_kernel:12 <- sglang.srt.layers.x:3")

@@ -5,7 +5,10 @@ every launch would then fail): a failed import or an unsafe state is written to 
 and the launches fall back to spawn.
 
 The imports run with torch.cuda's device queries answered from NVML (device_facts.py): SGLang's
-kernel package asks the compute capability at import, which would otherwise initialise CUDA.
+kernel package asks the compute capability at import, which would otherwise initialise CUDA. For the
+same reason ``torch.cuda.is_available()``, which many modules call at import, counts devices through
+NVML there (``PYTORCH_NVML_BASED_CUDA_CHECK=1``, PyTorch's own switch; the CUDA runtime's device count
+runs cuInit). Where an import still initialises the driver, the status names it (:class:`DriverWatch`).
 
 Safe means: CUDA was not initialised (the driver cannot be used in a child forked after cuInit; a
 driver library that is merely mapped, by an extension linked against it, is fine), and no thread
@@ -21,7 +24,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from sglang_foundry import device_facts
 from sglang_foundry.fork_server import STATUS_ENV
@@ -31,6 +34,8 @@ MODULES = ("sglang.srt.managers.scheduler", "sglang.srt.managers.detokenizer_man
 
 
 CUDA_ERROR_NOT_INITIALIZED = 3
+NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
+DRIVER_SONAME = "libcuda.so.1"
 
 
 def mapped_cuda_driver(maps_path: str = "/proc/self/maps") -> str | None:
@@ -52,6 +57,79 @@ def driver_initialised(path: str) -> bool:
     lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
     count = ctypes.c_int()
     return lib.cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED
+
+
+def driver_now_initialised(soname: str = DRIVER_SONAME) -> bool:
+    """Whether the CUDA driver is loaded in this process and cuInit ran; cheap (no /proc read), for
+    checking after every import."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL(soname, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return False  # not loaded, so not initialised
+    count = ctypes.c_int()
+    return lib.cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED
+
+
+class DriverWatch:
+    """Finds the import during which the CUDA driver got initialised: after each import that added
+    modules, asks :func:`driver_now_initialised`, and at the first yes keeps the chain of modules
+    being imported then (innermost first, with the line each one had reached)."""
+
+    def __init__(self, initialised: Callable[[], bool] = driver_now_initialised):
+        self.initialised = initialised
+        self.culprit: str | None = None
+
+    def __enter__(self) -> DriverWatch:
+        import builtins
+
+        self._builtins, self._original = builtins, builtins.__import__
+        if self.initialised():
+            self.culprit = "before the fork server's imports"
+            return self
+        known = len(sys.modules)
+
+        def watched(*args, **kwargs):
+            nonlocal known
+            module = self._original(*args, **kwargs)
+            if self.culprit is None and len(sys.modules) != known:
+                known = len(sys.modules)
+                if self.initialised():
+                    self.culprit = importing_chain(sys._getframe(1))
+            return module
+
+        builtins.__import__ = watched
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._builtins.__import__ = self._original
+
+
+def importing_chain(frame, limit: int = 6) -> str:
+    """``module:line <- module:line ...`` of the module bodies on the stack, innermost first."""
+    chain = []
+    while frame is not None and len(chain) < limit:
+        if frame.f_code.co_name == "<module>":
+            name = frame.f_globals.get("__name__", "?")
+            chain.append(f"{name}:{frame.f_lineno}")
+        frame = frame.f_back
+    return " <- ".join(chain) or "an import"
+
+
+@contextlib.contextmanager
+def nvml_device_count() -> Iterator[None]:
+    """``torch.cuda.is_available()`` counts devices through NVML for the block (it reads the switch
+    at every call), as ``device_count()`` already does; the previous value comes back after."""
+    before = os.environ.get(NVML_CHECK_ENV)
+    os.environ[NVML_CHECK_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(NVML_CHECK_ENV, None)
+        else:
+            os.environ[NVML_CHECK_ENV] = before
 
 
 def unsafe_reason(maps_path: str = "/proc/self/maps",
@@ -91,17 +169,21 @@ def nvml_answers() -> contextlib.AbstractContextManager:
         return contextlib.nullcontext({})
 
 
-def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager] = nvml_answers) -> str | None:
+def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager] = nvml_answers,
+               watch: Callable[[], DriverWatch] = DriverWatch) -> str | None:
     """Imports ``modules`` with the device queries answered from NVML; returns why the process is
     not safe to fork from, or None."""
-    with answers() as replaced:
+    with answers() as replaced, nvml_device_count(), watch() as watched:
         for name in modules:
             __import__(name)
     kept = device_facts.kept_references(replaced)
     if kept:
         return ("importing SGLang kept a reference to the fork server's NVML stand-in for torch.cuda's device "
                 f"queries ({', '.join(kept[:5])}), which would answer for the wrong device later")
-    return unsafe_reason()
+    why = unsafe_reason()
+    if why and watched.culprit:
+        why += f"; first seen after an import in {watched.culprit}"
+    return why
 
 
 def run(modules=MODULES, path: str | None = None) -> dict:
