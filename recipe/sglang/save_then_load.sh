@@ -106,18 +106,24 @@ port, out, prompts, tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys
 tpot_batches, reps, ready = [int(b) for b in sys.argv[5].split(",") if b.strip()], int(sys.argv[6]), float(sys.argv[7])
 base = f"http://127.0.0.1:{port}"
 
-def generate(texts, max_new_tokens=tokens, logprobs=False):
-    body = {"text": texts, "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
-            "return_logprob": logprobs}
-    req = urllib.request.Request(base + "/generate", json.dumps(body).encode(), {"Content-Type": "application/json"})
+def post(path, body):
+    req = urllib.request.Request(base + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=300) as r:
         return json.load(r)
 
+def generate(texts, max_new_tokens=tokens, logprobs=False, key="text"):
+    return post("/generate", {key: texts, "return_logprob": logprobs,
+                              "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True}})
+
 # One batched request (decode batches up to the largest graph), then one prompt alone (batch 1).
 texts = [f"hello world the model number {' '.join(str(i))} said" for i in range(prompts)]  # 0-9 are words, "12" is not
+# Sent as token ids, SGLang hands the batch to the scheduler as one message, so every start
+# prefills it in the same batches; sent as text, each prompt goes on its own and the split of the
+# prefill batches follows their arrival, which changes the numerics from the first token on.
+ids_in = post("/tokenize", {"model": "tiny", "prompt": texts})["tokens"]
 # Each chosen token's log-probability too: SGLang computes it from the logits the graphs wrote.
-batched = generate(texts, logprobs=True)
-single = generate(texts[0], logprobs=True)
+batched = generate(ids_in, logprobs=True, key="input_ids")
+single = generate(ids_in[0], logprobs=True, key="input_ids")
 runs = [*batched, single] if isinstance(batched, list) else [batched, single]
 ids = [r["output_ids"] for r in runs]
 logprobs = [[lp for lp, *_ in r["meta_info"]["output_token_logprobs"]] for r in runs]
@@ -141,6 +147,8 @@ print(f"/health 200 after {ready:.1f} s; {len(ids)} completions of {tokens} toke
 EOF
   stop_server
   grep -E "foundry:|Capture .*decode|KV Cache is allocated" "$OUT/$name.log" || true
+  # The prefill batches' sizes, in order: outputs compare only between starts that batched alike.
+  echo "prefill batches: $(grep -o 'Prefill batch, #new-seq: [0-9]*' "$OUT/$name.log" | grep -o '[0-9]*$' | tr '\n' ' ')"
   [ "$rc" = 0 ] || { tail -n 80 "$OUT/$name.log"; exit "$rc"; }
   if [ "${STEP_LOG:-0}" = 1 ] && [ -n "${TPOT:-}" ]; then
     "$PYTHON" "$HERE/step_tpot.py" "$OUT/$name.log" "$OUT/$name.json" "$TPOT"
