@@ -90,6 +90,7 @@ def test_deferred_graphs_are_instantiated_at_their_first_use_and_restore_identic
     assert loaded["digests"] == saved["digests"]  # the deferred ones instantiated at their replay
 
 
+@pytest.mark.alone  # compares the device's free memory: another test's process on the GPU would move it
 def test_exec_memory_grown_ahead_is_what_the_restore_then_uses(batches, program):
     """The warm-up's stand-ins leave the driver holding device memory, and the restore's execs take
     that memory instead of new memory: the premise of growing it on a thread during an engine's
