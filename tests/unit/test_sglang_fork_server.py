@@ -399,10 +399,12 @@ def test_the_watch_names_the_import_that_initialised_the_driver(tmp_path, monkey
     _write_modules(tmp_path, monkeypatch, {
         "harmless_first": "X = 1\n",
         # As sgl_kernel's compute-capability check does: the body itself initialises the driver,
-        # and a later import is where the watch first sees it.
+        # through a function of an already imported module, and a later import is where the watch sees it.
         "initialises_driver": """\
             import sys
-            sys.modules['fake_driver_state'].state['initialised'] = True
+            def ask_the_device():
+                sys.modules['fake_driver_state'].state['initialised'] = True
+            ask_the_device()
             import imported_after
             """,
         "imported_after": "Y = 2\n",
@@ -410,22 +412,40 @@ def test_the_watch_names_the_import_that_initialised_the_driver(tmp_path, monkey
     })
     with preload.DriverWatch(initialised=lambda: driver["initialised"]) as watch:
         __import__("engine_top")
-    assert watch.culprit.startswith("initialises_driver:3 <- engine_top:2")
+    assert watch.culprit.startswith("between importing initialises_driver and importing imported_after, "
+                                    "in initialises_driver:5 <- engine_top:2")
 
 
-def test_the_watch_says_when_the_driver_was_initialised_before_it(monkeypatch):
+def test_the_watch_sees_imports_through_importlib(tmp_path, monkeypatch):
+    import importlib
+
+    driver = {"initialised": False}
+    monkeypatch.setitem(sys.modules, "fake_driver_state", types.SimpleNamespace(state=driver))
+    _write_modules(tmp_path, monkeypatch, {
+        # transformers' lazy module resolves names with importlib.import_module, not `import`.
+        "lazy_target": "import sys\nsys.modules['fake_driver_state'].state['initialised'] = True\n",
+        "after_lazy": "Z = 3\n"})
+    with preload.DriverWatch(initialised=lambda: driver["initialised"]) as watch:
+        importlib.import_module("lazy_target")
+        importlib.import_module("after_lazy")
+    assert watch.culprit.startswith("between importing lazy_target and importing after_lazy")
+
+
+def test_the_watch_says_when_the_driver_was_initialised_before_it():
     with preload.DriverWatch(initialised=lambda: True) as watch:
         pass
     assert watch.culprit == "before the fork server's imports"
 
 
-def test_the_watch_puts_the_import_function_back():
-    import builtins
-
-    before = builtins.__import__
-    with preload.DriverWatch(initialised=lambda: False):
-        assert builtins.__import__ is not before
-    assert builtins.__import__ is before
+def test_the_watch_is_quiet_after_its_block(tmp_path, monkeypatch):
+    asked = []
+    _write_modules(tmp_path, monkeypatch, {"imported_later": "W = 4\n"})
+    with preload.DriverWatch(initialised=lambda: asked.append(1) or False):
+        pass
+    before = len(asked)
+    __import__("imported_later")
+    assert len(asked) == before  # a forked child pays nothing for it
+    assert not any(isinstance(f, preload.DriverWatch) for f in sys.meta_path)
 
 
 def test_imports_count_devices_through_nvml_and_the_switch_comes_back(tmp_path, monkeypatch):
@@ -443,9 +463,25 @@ def test_an_unsafe_reason_names_the_import_the_watch_saw(monkeypatch):
     class Saw(preload.DriverWatch):
         def __init__(self):
             super().__init__(initialised=lambda: False)
-            self.culprit = "sgl_kernel:12 <- sglang.srt.layers.x:3"
+            self.culprit = "between importing a and importing b, in sgl_kernel:12 <- sglang.srt.layers.x:3"
 
     monkeypatch.setattr(preload, "unsafe_reason", lambda: "importing SGLang initialised the CUDA driver (x)")
     why = preload.import_all([], answers=lambda: contextlib.nullcontext({}), watch=Saw)
-    assert why == ("importing SGLang initialised the CUDA driver (x); first seen after an import in "
-                   "sgl_kernel:12 <- sglang.srt.layers.x:3")
+    assert why == ("importing SGLang initialised the CUDA driver (x); it happened between importing a and "
+                   "importing b, in sgl_kernel:12 <- sglang.srt.layers.x:3")
+
+
+def test_the_watch_names_threads_that_may_have_initialised_the_driver(tmp_path, monkeypatch):
+    _write_modules(tmp_path, monkeypatch, {"imported_while_a_thread_runs": "V = 5\n"})
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait, name="initialises-cuda-meanwhile", daemon=True)
+    thread.start()
+    try:
+        started = []
+        with preload.DriverWatch(initialised=lambda: bool(started)) as watch:
+            started.append(True)  # as if the thread initialised the driver now
+            __import__("imported_while_a_thread_runs")
+    finally:
+        release.set()
+        thread.join()
+    assert "other threads running: " in watch.culprit and "initialises-cuda-meanwhile" in watch.culprit

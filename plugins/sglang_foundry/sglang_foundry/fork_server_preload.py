@@ -73,37 +73,41 @@ def driver_now_initialised(soname: str = DRIVER_SONAME) -> bool:
 
 
 class DriverWatch:
-    """Finds the import during which the CUDA driver got initialised: after each import that added
-    modules, asks :func:`driver_now_initialised`, and at the first yes keeps the chain of modules
-    being imported then (innermost first, with the line each one had reached)."""
+    """Finds where the CUDA driver got initialised during the imports. First on ``sys.meta_path``
+    for the block, it sees every module import begin (``import`` statements and importlib's alike)
+    and finds nothing itself; at each it asks :func:`driver_now_initialised`, and at the first yes
+    keeps what ran since the last no: the driver was initialised after that import began and
+    before this one, while the module bodies in :func:`importing_chain` were running (or by another
+    thread, which it then names)."""
 
     def __init__(self, initialised: Callable[[], bool] = driver_now_initialised):
         self.initialised = initialised
         self.culprit: str | None = None
+        self._last: str | None = None
 
     def __enter__(self) -> DriverWatch:
-        import builtins
-
-        self._builtins, self._original = builtins, builtins.__import__
         if self.initialised():
             self.culprit = "before the fork server's imports"
-            return self
-        known = len(sys.modules)
-
-        def watched(*args, **kwargs):
-            nonlocal known
-            module = self._original(*args, **kwargs)
-            if self.culprit is None and len(sys.modules) != known:
-                known = len(sys.modules)
-                if self.initialised():
-                    self.culprit = importing_chain(sys._getframe(1))
-            return module
-
-        builtins.__import__ = watched
+        else:
+            sys.meta_path.insert(0, self)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._builtins.__import__ = self._original
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+    def find_spec(self, fullname: str, path=None, target=None) -> None:
+        # (Not removed from sys.meta_path here: importlib is iterating over it.)
+        if self.culprit is None:
+            if self.initialised():
+                since = f"between importing {self._last} and" if self._last else "before"
+                self.culprit = f"{since} importing {fullname}, in {importing_chain(sys._getframe(1))}"
+                others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+                if others:  # then one of them may have done it
+                    self.culprit += f" (other threads running: {', '.join(others[:5])})"
+            else:
+                self._last = fullname
+        return None
 
 
 def importing_chain(frame, limit: int = 6) -> str:
@@ -182,7 +186,7 @@ def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager]
                 f"queries ({', '.join(kept[:5])}), which would answer for the wrong device later")
     why = unsafe_reason()
     if why and watched.culprit:
-        why += f"; first seen after an import in {watched.culprit}"
+        why += f"; it happened {watched.culprit}"
     return why
 
 
