@@ -485,3 +485,25 @@ def test_the_watch_names_threads_that_may_have_initialised_the_driver(tmp_path, 
         release.set()
         thread.join()
     assert "other threads running: " in watch.culprit and "initialises-cuda-meanwhile" in watch.culprit
+
+
+def test_the_imports_stop_where_the_driver_was_found_initialised(tmp_path, monkeypatch):
+    driver = {"initialised": False}
+    monkeypatch.setitem(sys.modules, "fake_driver_state", types.SimpleNamespace(state=driver))
+    _write_modules(tmp_path, monkeypatch, {
+        # An engine module that swallows everything its imports raise must not hide it.
+        "engine_entry": """\
+            import sys
+            sys.modules['fake_driver_state'].state['initialised'] = True
+            try:
+                import never_imported
+            except Exception:
+                pass
+            """,
+        "never_imported": "import sys\nsys.modules['fake_driver_state'].state['reached'] = True\n"})
+    why = preload.import_all(["engine_entry"], answers=lambda: contextlib.nullcontext({}),
+                             watch=lambda: preload.DriverWatch(initialised=lambda: driver["initialised"], stop=True))
+    assert why.startswith("importing SGLang initialised the CUDA driver in the fork server; it happened between "
+                          "importing engine_entry and importing never_imported, in engine_entry:4")
+    assert why.endswith("(the fork server stopped importing there)")
+    assert "reached" not in driver

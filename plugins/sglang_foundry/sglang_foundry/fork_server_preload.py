@@ -72,16 +72,23 @@ def driver_now_initialised(soname: str = DRIVER_SONAME) -> bool:
     return lib.cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED
 
 
+class DriverInitialised(BaseException):
+    """Raised from the import under way when the watch sees the driver initialised: the fork server
+    can no longer be forked from, so the rest of SGLang's imports would only keep the main process
+    waiting for the status. (BaseException: an engine's ``except Exception`` must not swallow it.)"""
+
+
 class DriverWatch:
     """Finds where the CUDA driver got initialised during the imports. First on ``sys.meta_path``
     for the block, it sees every module import begin (``import`` statements and importlib's alike)
     and finds nothing itself; at each it asks :func:`driver_now_initialised`, and at the first yes
     keeps what ran since the last no: the driver was initialised after that import began and
     before this one, while the module bodies in :func:`importing_chain` were running (or by another
-    thread, which it then names)."""
+    thread, which it then names). With ``stop``, it then raises :class:`DriverInitialised`."""
 
-    def __init__(self, initialised: Callable[[], bool] = driver_now_initialised):
+    def __init__(self, initialised: Callable[[], bool] = driver_now_initialised, stop: bool = False):
         self.initialised = initialised
+        self.stop = stop
         self.culprit: str | None = None
         self._last: str | None = None
 
@@ -105,6 +112,8 @@ class DriverWatch:
                 others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
                 if others:  # then one of them may have done it
                     self.culprit += f" (other threads running: {', '.join(others[:5])})"
+                if self.stop:
+                    raise DriverInitialised(self.culprit)
             else:
                 self._last = fullname
         return None
@@ -174,12 +183,16 @@ def nvml_answers() -> contextlib.AbstractContextManager:
 
 
 def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager] = nvml_answers,
-               watch: Callable[[], DriverWatch] = DriverWatch) -> str | None:
+               watch: Callable[[], DriverWatch] = lambda: DriverWatch(stop=True)) -> str | None:
     """Imports ``modules`` with the device queries answered from NVML; returns why the process is
-    not safe to fork from, or None."""
-    with answers() as replaced, nvml_device_count(), watch() as watched:
-        for name in modules:
-            __import__(name)
+    not safe to fork from, or None. Stops at the import that finds the driver initialised."""
+    try:
+        with answers() as replaced, nvml_device_count(), watch() as watched:
+            for name in modules:
+                __import__(name)
+    except DriverInitialised as found:
+        return f"importing SGLang initialised the CUDA driver in the fork server; it happened {found} " \
+               "(the fork server stopped importing there)"
     kept = device_facts.kept_references(replaced)
     if kept:
         return ("importing SGLang kept a reference to the fork server's NVML stand-in for torch.cuda's device "
