@@ -31,7 +31,7 @@ def draw(result: dict, path: Path) -> Path:
         raise MatplotlibMissing("matplotlib is not installed (pip install 'foundry-core[bench]'); "
                                 "no chart drawn") from None
     kinds = [k for k in result["kinds"] if result["summary"][k]["phases"]]
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(kinds) + 3), 5.5))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(kinds) + 3) + 2.0, 5.5))
     drawn: set[str] = set()
     for x, kind in enumerate(kinds):
         phases = result["summary"][kind]["phases"]
@@ -59,7 +59,8 @@ def draw(result: dict, path: Path) -> Path:
     ax.set_title(f"time to ready: {result['engine']} {version} {gpu}".strip())
     handles, labels = ax.get_legend_handles_labels()
     order = [labels.index(PHASE_LABELS[p]) for p in reversed(PHASES) if PHASE_LABELS[p] in labels]
-    ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper left", fontsize=8)
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside the bars: never over a label
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     path = Path(path)
