@@ -507,3 +507,55 @@ def test_the_imports_stop_where_the_driver_was_found_initialised(tmp_path, monke
                           "importing engine_entry and importing never_imported, in engine_entry:4")
     assert why.endswith("(the fork server stopped importing there)")
     assert "reached" not in driver
+
+
+def test_a_stand_in_kept_by_an_object_is_put_back(monkeypatch, tmp_path):
+    torch, nvml = _fake_torch(), _FakeNvml()
+    monkeypatch.setitem(sys.modules, "fake_torch_for_stand_ins", torch)
+    # As Triton 3.6 does when SGLang's fla kernels ask the target at import: a driver object,
+    # kept in a module-level config object, binds torch.cuda.current_device.
+    (tmp_path / "keeps_a_driver.py").write_text(textwrap.dedent("""\
+        import sys
+        class Driver:
+            def __init__(self):
+                self.get_current_device = sys.modules['fake_torch_for_stand_ins'].cuda.current_device
+        class Config:
+            def __init__(self):
+                self._default = Driver()
+        driver = Config()
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "keeps_a_driver", raising=False)
+    torch.cuda.is_initialized = lambda: False
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    real = torch.cuda.current_device
+
+    def answers():
+        return device_facts.answered_from(torch, device_facts.nvml_facts(torch, nvml))
+
+    why = preload.import_all(["keeps_a_driver"], answers=answers)
+    assert why is None or "threads" in why
+    assert sys.modules["keeps_a_driver"].driver._default.get_current_device is real
+
+
+def test_what_cannot_be_put_back_is_still_reported():
+    replaced = {"current_device": lambda: 0}
+
+    class Frozen:  # refuses new values for its attributes
+        def __init__(self, fn):
+            object.__setattr__(self, "fn", fn)
+
+        def __setattr__(self, name, value):
+            raise AttributeError(f"{name} is read-only")
+
+    holder = types.ModuleType("holds_stand_ins")
+    holder.frozen = Frozen(replaced["current_device"])
+    holder.direct = replaced["current_device"]
+    sys.modules["holds_stand_ins"] = holder
+    try:
+        torch = types.SimpleNamespace(cuda=types.SimpleNamespace(current_device=lambda: 1))
+        assert device_facts.rebind(replaced, torch) == (["holds_stand_ins.direct"], ["holds_stand_ins.frozen.fn"])
+        assert holder.direct is torch.cuda.current_device
+        assert device_facts.kept_references(replaced) == ["holds_stand_ins.frozen.fn"]
+    finally:
+        del sys.modules["holds_stand_ins"]

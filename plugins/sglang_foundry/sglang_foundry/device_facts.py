@@ -8,15 +8,18 @@ those queries get the same answers from NVML (:func:`answered_from` with :func:`
 never touches the CUDA driver; afterwards torch's own functions are back.
 
 A module that kept a reference to one of the stand-ins (``from torch.cuda import current_device``
-at import) would answer from NVML for good, also after ``torch.cuda.set_device``:
-:func:`kept_references` finds such references, and the fork server is then reported unsafe, so
-SGLang's children are spawned as usual.
+at import, or Triton's driver, made at import by SGLang's ``fla`` kernels, which binds
+``torch.cuda.current_device``) would answer from NVML for good, also after ``torch.cuda.set_device``:
+:func:`rebind` puts torch's own functions back there, and :func:`kept_references` finds what it
+could not mend, which makes the fork server unsafe, so SGLang's children are spawned as usual.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -99,12 +102,49 @@ def answered_from(torch: Any, facts: Callable[[int], DeviceFacts]) -> Iterator[d
             setattr(torch.cuda, name, fn)
 
 
-def kept_references(replaced: dict[str, Callable[..., Any]]) -> list[str]:
-    """``module.attribute`` of every loaded module's attribute that is one of the stand-ins."""
-    ids = {id(fn) for fn in replaced.values()}
-    found = []
+def _holders(depth: int = 3) -> Iterator[tuple[str, Any, str, Any]]:
+    """(path, holder, attribute, value) for every attribute of every loaded module, and of the
+    plain objects those hold, down to ``depth`` levels from the module (Triton keeps its driver, which binds
+    torch.cuda's functions, in ``triton.runtime.driver._default``)."""
+    seen: set[int] = set()
+
+    def walk(path: str, holder: Any, level: int) -> Iterator[tuple[str, Any, str, Any]]:
+        for attr, value in list(getattr(holder, "__dict__", {}).items()):
+            yield f"{path}.{attr}", holder, attr, value
+            if level < depth and _plain_object(value) and id(value) not in seen:
+                seen.add(id(value))
+                yield from walk(f"{path}.{attr}", value, level + 1)
+
     for name, module in list(sys.modules.items()):
-        for attr, value in list(getattr(module, "__dict__", {}).items()):
-            if id(value) in ids:
-                found.append(f"{name}.{attr}")
-    return sorted(found)
+        if module is not None:
+            yield from walk(name, module, 1)
+
+
+def _plain_object(value: Any) -> bool:
+    """An instance with attributes of its own: not a module, class, function or builtin."""
+    return (hasattr(value, "__dict__") and not isinstance(value, (type, types.ModuleType, types.FunctionType,
+                                                                   types.MethodType, functools.partial)))
+
+
+def kept_references(replaced: dict[str, Callable[..., Any]]) -> list[str]:
+    """The paths of loaded modules' attributes (and their objects', :func:`_holders`) that are one
+    of the stand-ins."""
+    ids = {id(fn) for fn in replaced.values()}
+    return sorted(path for path, _, _, value in _holders() if id(value) in ids)
+
+
+def rebind(replaced: dict[str, Callable[..., Any]], torch: Any) -> tuple[list[str], list[str]]:
+    """Puts torch.cuda's own function back wherever an import kept a stand-in (after the block of
+    :func:`answered_from`, so ``torch.cuda`` holds them again), in one walk of :func:`_holders`;
+    returns the paths it mended and those it could not (as :func:`kept_references` names them)."""
+    by_id = {id(fn): name for name, fn in replaced.items()}
+    mended, kept = [], []
+    for path, holder, attr, value in _holders():
+        name = by_id.get(id(value))
+        if name is not None:
+            try:
+                setattr(holder, attr, getattr(torch.cuda, name))
+                mended.append(path)
+            except (AttributeError, TypeError):
+                kept.append(path)
+    return sorted(mended), sorted(kept)

@@ -193,7 +193,11 @@ def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager]
     except DriverInitialised as found:
         return f"importing SGLang initialised the CUDA driver in the fork server; it happened {found} " \
                "(the fork server stopped importing there)"
-    kept = device_facts.kept_references(replaced)
+    torch = sys.modules.get("torch")
+    if replaced and torch is not None:
+        _, kept = device_facts.rebind(replaced, torch)  # e.g. Triton's driver, made during the imports
+    else:
+        kept = device_facts.kept_references(replaced)
     if kept:
         return ("importing SGLang kept a reference to the fork server's NVML stand-in for torch.cuda's device "
                 f"queries ({', '.join(kept[:5])}), which would answer for the wrong device later")
