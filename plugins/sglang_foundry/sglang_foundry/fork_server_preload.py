@@ -51,7 +51,8 @@ def mapped_cuda_driver(maps_path: str = "/proc/self/maps") -> str | None:
 def driver_initialised(path: str) -> bool:
     """Whether cuInit ran in this process, asked of the already-mapped driver without loading or
     initialising anything: before cuInit, cuDeviceGetCount answers CUDA_ERROR_NOT_INITIALIZED.
-    (An extension linked against libcuda maps it at import without initialising it.)"""
+    (An extension linked against libcuda maps it at import without initialising it.) Raises
+    OSError when the driver is not loaded."""
     import ctypes
 
     lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
@@ -60,16 +61,12 @@ def driver_initialised(path: str) -> bool:
 
 
 def driver_now_initialised(soname: str = DRIVER_SONAME) -> bool:
-    """Whether the CUDA driver is loaded in this process and cuInit ran; cheap (no /proc read), for
-    checking after every import."""
-    import ctypes
-
+    """:func:`driver_initialised` by the driver's soname, False when it is not loaded: cheap (no
+    /proc read), for checking at every import."""
     try:
-        lib = ctypes.CDLL(soname, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        return driver_initialised(soname)
     except OSError:
         return False  # not loaded, so not initialised
-    count = ctypes.c_int()
-    return lib.cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED
 
 
 class DriverInitialised(BaseException):
