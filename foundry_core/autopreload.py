@@ -21,22 +21,37 @@ the installed plugins' early starts instead: the entry points of the ``foundry.e
 group, each a function of no arguments that decides for itself whether the command is its
 engine's and then starts, in the background, what overlaps the engine's own imports (SGLang's
 fork server, say). Not in multiprocessing's children, and not with ``FOUNDRY_EARLY_START=0``.
+
+What the hook costs the start is kept for :mod:`foundry_core.engine.critical_path` (which this
+module cannot import): ``restart``, from the first interpreter's decision to restart (passed as
+``FOUNDRY_RESTART_AT``, ``time.time()``, removed from the environment when read) to the
+restarted interpreter's hook, and ``early start``, the early starts with finding them.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 
 DISABLE_ENV = "FOUNDRY_AUTOPRELOAD"
 EARLY_START_ENV = "FOUNDRY_EARLY_START"
 EARLY_START_GROUP = "foundry.early_start"
 RESTARTED_ENV = "FOUNDRY_AUTOPRELOAD_RESTARTED"
+RESTART_AT_ENV = "FOUNDRY_RESTART_AT"
 ARCHIVE_FLAG = "--foundry-archive"
 MODE_FLAG = "--foundry-mode"
 LIBRARY_NAME = "libfoundry.so"
 _FALSE = ("0", "false", "no", "off")
+
+# This interpreter's start-up seconds on the critical path ("restart", "early start"), with the pid
+# they belong to (a forked child inherits them); foundry_core.engine.critical_path takes them.
+startup_seconds: dict[str, float] = {}
+startup_pid: int | None = None
+# perf_counter when the early starts began and ended: a plugin imported in between is counted there.
+early_start_began: float | None = None
+early_start_ended: float | None = None
 
 
 def flag_value(argv: Sequence[str], flag: str) -> str | None:
@@ -91,6 +106,7 @@ def maybe_reexec(execve: Callable[[str, list[str], dict[str, str]], object] = os
     try:
         if not should_restart(sys.argv, os.environ):
             return False
+        decided = time.time()  # the restart costs the start from here: the import below is part of it
         command = replay_command()
         if command is None:
             _say("this command cannot be replayed (interactive, or a script read from stdin)")
@@ -99,6 +115,7 @@ def maybe_reexec(execve: Callable[[str, list[str], dict[str, str]], object] = os
 
         env = preload_environment(dict(os.environ))
         env[RESTARTED_ENV] = "1"
+        env[RESTART_AT_ENV] = repr(decided)
         sys.stdout.flush()
         sys.stderr.flush()
         execve(command[0], command, env)
@@ -118,7 +135,34 @@ def _say(reason: str) -> None:
 def at_startup() -> None:
     """What the .pth file runs in every interpreter."""
     if not maybe_reexec():
+        note_restart()
         run_early_starts()
+
+
+def _note(item: str, seconds: float) -> None:
+    global startup_pid
+    if startup_pid != os.getpid():
+        startup_seconds.clear()
+        startup_pid = os.getpid()
+    startup_seconds[item] = startup_seconds.get(item, 0.0) + seconds
+
+
+def note_restart(environ: MutableMapping[str, str] | None = None,
+                 now: Callable[[], float] = time.time) -> float | None:
+    """In a restarted interpreter: the seconds since the first one decided to restart
+    (``FOUNDRY_RESTART_AT`` in ``environ``, default os.environ, removed there so that no child
+    reads it again), noted as ``restart``; None when the variable is absent or unusable."""
+    value = (os.environ if environ is None else environ).pop(RESTART_AT_ENV, None)
+    if value is None:
+        return None
+    try:
+        seconds = now() - float(value)
+    except ValueError:
+        return None
+    if not 0.0 <= seconds < 3600.0:  # the wall clock moved meanwhile: no measurement
+        return None
+    _note("restart", seconds)
+    return seconds
 
 
 def is_multiprocessing_child(argv: Sequence[str]) -> bool:
@@ -135,10 +179,25 @@ def wants_early_starts(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
 
 def run_early_starts(load_entry_points: Callable[[], Sequence[object]] | None = None) -> int:
     """Calls every ``foundry.early_start`` entry point when :func:`wants_early_starts`; returns
-    how many ran. Never raises: a failing one is reported on stderr and start-up goes on."""
+    how many ran. Never raises: a failing one is reported on stderr and start-up goes on. Their
+    time (finding them included) is noted as ``early start``."""
+    global early_start_began, early_start_ended
     try:
         if not wants_early_starts(sys.argv, os.environ):
             return 0
+    except Exception as exc:  # noqa: BLE001 - never break interpreter start-up
+        sys.stderr.write(f"foundry: early starts skipped ({type(exc).__name__}: {exc})\n")
+        return 0
+    early_start_began, early_start_ended = time.perf_counter(), None
+    try:
+        return _run_early_starts(load_entry_points)
+    finally:
+        early_start_ended = time.perf_counter()
+        _note("early start", early_start_ended - early_start_began)
+
+
+def _run_early_starts(load_entry_points: Callable[[], Sequence[object]] | None) -> int:
+    try:
         if load_entry_points is None:
             from importlib.metadata import entry_points  # only now: it costs tens of milliseconds
 

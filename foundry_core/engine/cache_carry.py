@@ -20,7 +20,9 @@ thread while the engine loads its model.
   kernels through Triton's carrier (as if Triton had looked each up: every one was used at SAVE);
   :meth:`CachesAhead.wait` joins it before the engine can first look (the copy overlaps the
   engine's own work; what is left of it then, the start waits for, and the wait is logged; a
-  Triton kernel looked up earlier is restored by the carrier at its lookup).
+  Triton kernel looked up earlier is restored by the carrier at its lookup). On the start's
+  critical path (:mod:`foundry_core.engine.critical_path`) is the wait (``host caches``); the
+  thread's CPU time is shown beside it (``caches thread cpu``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from foundry_core.engine import triton_cache
+from foundry_core.engine.critical_path import LEDGER
 from foundry_core.engine.host_caches import CacheTree, Copied, HostCaches
 from foundry_core.engine.triton_cache import CACHE as TRITON, TritonCarrier
 
@@ -158,6 +161,10 @@ class CachesAhead:
         return self
 
     def _run(self) -> None:
+        with LEDGER.background("caches thread cpu"):
+            self._place()
+
+    def _place(self) -> None:
         start = time.perf_counter()
         for tree in self.trees:
             try:
@@ -188,7 +195,8 @@ class CachesAhead:
     def wait(self) -> Copied:
         """Joins the thread and says what it placed and what the start spent on it."""
         start = time.perf_counter()
-        self._thread.join()
+        with LEDGER.timed("host caches"):
+            self._thread.join()
         if self.done.files or self.done.refused:
             self.log.info("foundry: JIT caches from the archive: %s on a thread in %.2f s (the start spent %.3f s "
                           "setting it up and waited %.3f s)", self.done.describe(), self.seconds or 0.0, self.setup_s,

@@ -11,8 +11,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 
+from foundry_core.autopreload import RESTART_AT_ENV
 from foundry_core.engine.mode import Mode, Settings, parse_mode
 from foundry_core.errors import StateError
 from foundry_core.preload import preload_environment
@@ -108,6 +110,7 @@ def ensure_preloaded_or_reexec(argv: Sequence[str] | None = None, *, reexec: boo
                          f"LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r} names a loadable libfoundry.so")
     env = prepare_child_environment()
     env[REEXEC_MARKER] = "1"
+    env[RESTART_AT_ENV] = repr(time.time())  # the restarted interpreter's start-up hook reads it
     # sys.orig_argv keeps the interpreter's own options (-m module, -X ...).
     args = list(sys.orig_argv) if argv is None else [sys.executable, *argv]
     logger.info("foundry: restarting this process with libfoundry.so preloaded")

@@ -23,7 +23,9 @@ every file of a unit is first copied beside its place and checked against its si
 then all are renamed into place, the files that make the unit visible to its reader (Triton's
 group file, vLLM's compiled model) last. A unit with a file that fails its check is not used and a
 warning names the file: the engine compiles that entry itself, as a start without the archive
-does. ``FOUNDRY_HOST_CACHES=0`` turns carrying off.
+does. ``FOUNDRY_HOST_CACHES=0`` turns carrying off. Reading the list and placing files count on
+the start's critical path as ``host caches`` (:mod:`foundry_core.engine.critical_path`), except on
+Foundry's own threads.
 
 Caches whose reader is ninja (FlashInfer's and tvm-ffi's JIT builds, :mod:`foundry_core.engine.jit_dirs`)
 are carried with each file's modification time and placed with it, since ninja compares file
@@ -57,6 +59,7 @@ from foundry_core.cache_list import (
     safe_path,
 )
 from foundry_core.engine import options
+from foundry_core.engine.critical_path import LEDGER
 from foundry_core.engine.layout import atomic_write_json
 from foundry_core.errors import ArchiveIOError, FormatError
 
@@ -212,10 +215,11 @@ class HostCaches:
         """This rank's carried caches, or None when the archive carries none. A list that cannot
         be read is logged and treated as none (the start compiles, as without the archive)."""
         caches = cls(archive, rank_dir)
-        if not os.path.lexists(caches.list_path):
-            return None
         try:
-            listed = read_list(caches.list_path)
+            with LEDGER.timed("host caches"):
+                if not os.path.lexists(caches.list_path):
+                    return None
+                listed = read_list(caches.list_path)
         except (ArchiveIOError, FormatError) as exc:
             logger.warning("foundry: the archive's host caches are not used: %s; this start compiles what its caches "
                            "lack (`foundry verify ARCHIVE` checks the archive, a SAVE writes the list again)", exc)
@@ -246,17 +250,18 @@ class HostCaches:
         adapts a file to this host; ``last(path)`` files are placed after the others of their
         unit; ``untouched_units_only``: a unit of which the host has any file is left to the host.
         An OSError while placing (a full disk) undoes the unit and is raised."""
-        cut = len(prefix.rstrip("/")) + 1 if strip and prefix else 0
-        units: dict[str, list[str]] = {}
-        for rel in self.paths(cache, prefix):
-            units.setdefault(unit(rel) if unit is not None else "", []).append(rel)
-        done = Copied()
-        for rels in units.values():
-            pairs = [(rel, rel[cut:]) for rel in rels]
-            present = sum(os.path.lexists(Path(target, dest)) for _, dest in pairs) if untouched_units_only else 0
-            done.add(Copied(present=present) if present else self._restore_unit(cache, Path(target), pairs, rewrite,
-                                                                                  last))
-        return done
+        with LEDGER.timed("host caches"):
+            cut = len(prefix.rstrip("/")) + 1 if strip and prefix else 0
+            units: dict[str, list[str]] = {}
+            for rel in self.paths(cache, prefix):
+                units.setdefault(unit(rel) if unit is not None else "", []).append(rel)
+            done = Copied()
+            for rels in units.values():
+                pairs = [(rel, rel[cut:]) for rel in rels]
+                present = sum(os.path.lexists(Path(target, dest)) for _, dest in pairs) if untouched_units_only else 0
+                done.add(Copied(present=present) if present else self._restore_unit(cache, Path(target), pairs, rewrite,
+                                                                                      last))
+            return done
 
     def restore(self, tree: CacheTree) -> Copied:
         """Copies the carried files of ``tree.cache`` that ``tree.root`` lacks into it, by the

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from foundry_core import graphs as graph_io
 from foundry_core import exec_memory, images
 from foundry_core.doctor import DEFAULT_REGION_BASE
+from foundry_core.engine.critical_path import LEDGER
 from foundry_core.engine.fingerprint import ParallelConfig, describe_mismatch, engine_fields, engine_fingerprint
 from foundry_core.engine.images_ahead import ImagesAhead
 from foundry_core.engine.layout import Topology, check_topology, rank_dir, write_topology
@@ -170,8 +171,11 @@ class EngineSession:
         if self.requested is Mode.OFF or self.rank_dir is None:
             self.mode = resolve_mode(self.requested, self.rank_dir)  # OFF, or no archive for save/load: raises
             return
-        self._gather()
-        self.mode = self._resolve()
+        # Before the engine goes on: on its critical path (foundry_core.engine.critical_path).
+        with LEDGER.timed("fingerprint"):
+            self._gather()
+        with LEDGER.timed("archive check"):
+            self.mode = self._resolve()
 
     # ---- adapter answers -------------------------------------------------------------------
 

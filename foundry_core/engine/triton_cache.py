@@ -27,6 +27,7 @@ import threading
 from pathlib import Path
 
 from foundry_core.engine import triton_cache_manager
+from foundry_core.engine.critical_path import LEDGER
 from foundry_core.engine.host_caches import Copied, HostCaches
 from foundry_core.engine.triton_cache_manager import manager_class
 
@@ -71,7 +72,12 @@ class TritonCarrier:
         self._lock = threading.Lock()
 
     def looked_up(self, key: str, directory: str) -> None:
-        """Triton's manager opened ``directory`` (the cache's directory of ``key``)."""
+        """Triton's manager opened ``directory`` (the cache's directory of ``key``). What Triton
+        waits here (the lock, a restore) counts on the start's critical path as ``host caches``."""
+        with LEDGER.timed("host caches"):
+            self._look_up(key, directory)
+
+    def _look_up(self, key: str, directory: str) -> None:
         with self._lock:
             if directory in self.used:
                 return

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from foundry_core.engine.critical_path import LEDGER
+
 logger = logging.getLogger("foundry")
 
 # Where Triton defines triton_key(): 3.4 and later, then the releases before.
@@ -38,6 +40,11 @@ def _key_function() -> Callable[[], Any] | None:
 
 
 def _compute(function: Callable[[], Any]) -> None:
+    with LEDGER.background("triton key thread cpu"):
+        _compute_key(function)
+
+
+def _compute_key(function: Callable[[], Any]) -> None:
     start = time.perf_counter()
     try:
         function()

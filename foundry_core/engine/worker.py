@@ -13,7 +13,9 @@ kernel images to the driver on a thread, :mod:`~foundry_core.engine.images_ahead
 do alike, and work only SAVE does, run :meth:`~WorkerRuntime.paused` (SAVE) or
 :meth:`~WorkerRuntime.skipped` (LOAD) -> capture or restore -> :meth:`~WorkerRuntime.finish`
 (region ended). :meth:`~WorkerRuntime.fall_back` applies the session's fallback policy at any
-point.
+point. When the outermost start-up phase ends (the restore or the capture, and what the plugin's
+phase holds around it), the process's critical-path line is logged
+(:mod:`foundry_core.engine.critical_path`).
 
 **Pauses.** Allocations after the determinism boundary must be the same on SAVE and LOAD, but SAVE
 runs work LOAD skips (memory profiling, compile and kernel warmups). SAVE runs it *paused*: the
@@ -34,7 +36,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from foundry_core.engine import cache_carry, host_caches, options, triton_cache
+from foundry_core.engine import cache_carry, critical_path, host_caches, options, triton_cache
 from foundry_core.engine.host_caches import CacheTree, Copied, HostCaches
 from foundry_core.engine.images_ahead import EXEC_WARMUP_ENV, IMAGES_AHEAD_ENV
 from foundry_core.engine.mode import Mode, resolve_settings
@@ -178,6 +180,8 @@ class WorkerRuntime:
         self.saved = False
         self._ended = False
         self._pause_depth = 0
+        self._phase_depth = 0
+        self.ledger = critical_path.LEDGER
         self.triton: triton_cache.TritonCarrier | None = None
 
     @property
@@ -261,14 +265,21 @@ class WorkerRuntime:
     def in_phase(self, phase: Any, then: Any, what: str) -> Iterator[None]:
         """Runs the body in start-up phase ``phase`` (``self.phase``, the plugin's enum), timed as
         ``what`` on the plugin's logger; afterwards, also when it raises, the phase becomes
-        ``then`` and the region ends (:meth:`finish`, a no-op when it already ended)."""
+        ``then`` and the region ends (:meth:`finish`, a no-op when it already ended). When the
+        outermost phase ends, the process's critical path is logged (once per process)."""
         self.phase = phase
+        self._phase_depth += 1
         try:
             with timed(what, self.logger):
                 yield
         finally:
             self.phase = then
-            self.finish()
+            self._phase_depth -= 1
+            try:
+                self.finish()
+            finally:
+                if self._phase_depth == 0:
+                    self.ledger.report(self.logger, rank=getattr(self.session, "rank", None))
 
     def recorded_adapter_state(self) -> Mapping[str, Any]:
         """LOAD: what the adapter recorded at SAVE (``foundry_record_state`` in the archive's
