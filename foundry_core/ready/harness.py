@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from foundry_core.engine import critical_path
 from foundry_core.ready import caches, client, facts, kinds, logparse, report, server, stats
 from foundry_core.ready.engines import PHASES, Engine
 
@@ -127,7 +128,8 @@ class Run:
         start_dir.mkdir(parents=True)
         record: dict = {"index": index, "kind": step.kind, "round": step.round, "recorded": step.recorded,
                         "why": step.why or None, "log": f"logs/{name}.log", "ok": False, "error": None,
-                        "phases": dict.fromkeys(PHASES), "markers": {}, "durations": {}, "foundry": "-"}
+                        "phases": dict.fromkeys(PHASES), "markers": {}, "durations": {}, "foundry": "-",
+                        **_critical_fields(None)}
         try:
             archive = self._archive_for(step.kind, work, name)
             plan = kinds.plan(step.kind, o.spec, start_dir, archive, caches=self._caches(work))
@@ -185,9 +187,20 @@ class Run:
         found = logparse.parse(self.engine, proc.lines)
         record["phases"].update({name: round(t, 3) for name, t in found.phases.items()})
         record.update(markers={name: round(t, 3) for name, t in found.markers.items()}, durations=found.durations,
-                      foundry=found.foundry, log_lines=len(proc.lines), wall_s=round(time.monotonic() - began, 3))
+                      foundry=found.foundry, log_lines=len(proc.lines), wall_s=round(time.monotonic() - began, 3),
+                      **_critical_fields(found.critical))
         if o.keep_logs == "tail":
             _keep_tail(log_path, proc.lines, found.matched_lines)
+
+
+def _critical_fields(critical: critical_path.Combined | None) -> dict:
+    """A start's Foundry critical path as its record's fields: ``foundry_critical_s`` (None: no
+    process logged one), seconds by item, the overlapped items, and how many lines they came from."""
+    if critical is None:
+        return {"foundry_critical_s": None, "foundry_critical": {}, "foundry_overlapped": {},
+                "foundry_critical_lines": 0}
+    return {"foundry_critical_s": critical.total, "foundry_critical": dict(critical.items),
+            "foundry_overlapped": dict(critical.overlapped), "foundry_critical_lines": critical.lines}
 
 
 @contextlib.contextmanager
@@ -223,4 +236,6 @@ def _outcome_line(record: dict) -> str:
     shown = f"/health {p['health']:.1f} s, first completion {p['first_completion']:.1f} s"
     if p.get("engine_init_end") is not None:
         shown = f"engine init end {p['engine_init_end']:.1f} s, " + shown
+    if record.get("foundry_critical_s") is not None:
+        shown += f", Foundry's critical path {record['foundry_critical_s']:.3f} s"
     return shown + f" (foundry: {record['foundry']})"

@@ -1,6 +1,9 @@
 """A start's log, read back: when each phase's line arrived, the durations the engine reported and
 what Foundry did.
 
+Foundry's critical-path lines (one per process that recorded any,
+:mod:`foundry_core.engine.critical_path`) are combined into the start's: ``LogTimes.critical``.
+
 The harness stamps every line of the server's merged stdout/stderr on arrival (seconds from exec,
 monotonic clock) and writes it as ``"<seconds> <line>"``: :func:`stamp` and :func:`read_stamped`
 are the two directions of that format.
@@ -13,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from foundry_core.engine import critical_path
 from foundry_core.ready.engines import FOUNDRY_OUTCOMES, Engine, compiled
 
 StampedLine = tuple[float, str]
@@ -44,12 +48,14 @@ def clean(line: str) -> str:
 class LogTimes:
     """What one start's log says: ``phases`` and ``markers`` are seconds from exec of the first
     matching line, ``durations`` the first value the engine reported for each, ``foundry`` one of
-    "saved", "restored", "fell back" or "-" (Foundry said nothing)."""
+    "saved", "restored", "fell back" or "-" (Foundry said nothing), ``critical`` Foundry's seconds
+    on the start's critical path from its processes' lines (None: no process logged one)."""
 
     phases: dict[str, float] = field(default_factory=dict)
     markers: dict[str, float] = field(default_factory=dict)
     durations: dict[str, float] = field(default_factory=dict)
     foundry: str = "-"
+    critical: critical_path.Combined | None = None
     matched_lines: set[int] = field(default_factory=set)
 
 
@@ -59,8 +65,12 @@ def parse(engine: Engine, lines: Iterable[StampedLine]) -> LogTimes:
     outcomes = [(name, re.compile(p)) for name, p in FOUNDRY_OUTCOMES]
     found = LogTimes()
     seen_outcomes: set[str] = set()
+    reported: list[critical_path.ReportedLine] = []
     for index, (seconds, raw) in enumerate(lines):
         line = clean(raw)
+        if (critical := critical_path.parse_line(line)) is not None:
+            reported.append(critical)
+            found.matched_lines.add(index)
         for table, target in ((phases, found.phases), (markers, found.markers)):
             for name, pattern in table.items():
                 if name not in target and pattern.search(line):
@@ -78,4 +88,5 @@ def parse(engine: Engine, lines: Iterable[StampedLine]) -> LogTimes:
                 found.matched_lines.add(index)
     # A fallback outweighs anything else the start said (it may still have saved a fresh archive).
     found.foundry = next((name for name, _ in FOUNDRY_OUTCOMES if name in seen_outcomes), "-")
+    found.critical = critical_path.combine(reported)
     return found

@@ -1,8 +1,8 @@
 """A run's result file (JSON) and its tables.
 
 The file holds every start (kind, round, command, environment changes, log, raw phase times,
-engine-reported durations, what Foundry did), the summary and the environment facts, so that
-`foundry ready report` can print and draw it again anywhere.
+engine-reported durations, what Foundry did and its seconds on the critical path), the summary
+and the environment facts, so that `foundry ready report` can print and draw it again anywhere.
 """
 
 from __future__ import annotations
@@ -58,21 +58,53 @@ def _title(result: dict) -> str:
     return "time to ready, s from exec: median (min-max) — " + ", ".join(p for p in parts if p)
 
 
+CRITICAL_LABEL = "Foundry's critical path"
+
+
+def _critical_cell(summary: dict) -> str:
+    """The kind's Foundry critical path, s (3 decimals: its budget is tenths of a second); "-"
+    when no start logged one (an unmodified start, or a result from before it was measured)."""
+    d = summary.get("foundry_critical_s")
+    return spread(d).text(3) if d else "-"
+
+
 def phases_table(result: dict) -> Table:
-    """One row per kind, one column per phase."""
+    """One row per kind, one column per phase, and Foundry's critical path."""
     table = Table(title=_title(result))
     table.add_column("kind")
     table.add_column("starts ok", justify="right")
     table.add_column("foundry")
     for phase in PHASES:
         table.add_column(PHASE_LABELS[phase], justify="right")
+    table.add_column(CRITICAL_LABEL, justify="right")
     for kind in result["kinds"]:
         s = result["summary"][kind]
         # "-": the start had no Foundry line (an unmodified start's is none)
         outcomes = ", ".join(f"{'none' if name == '-' else name} {n}" for name, n in sorted(s["foundry"].items()))
         outcomes = outcomes or "-"
         cells = [spread(s["phases"][p]).text() if p in s["phases"] else "-" for p in PHASES]
-        table.add_row(kind, f"{s['ok']}/{s['starts']}", outcomes, *cells)
+        table.add_row(kind, f"{s['ok']}/{s['starts']}", outcomes, *cells, _critical_cell(s))
+    return table
+
+
+def critical_table(result: dict) -> Table | None:
+    """Foundry's critical path by item, one row each (the total first, the overlapped items
+    last, marked as not in it), one column per kind; None when no start logged one."""
+    summaries = [result["summary"][kind] for kind in result["kinds"]]
+    if not any(s.get("foundry_critical_s") for s in summaries):
+        return None
+    table = Table(title=f"{CRITICAL_LABEL} by item, s: median (min-max)")
+    table.add_column("item")
+    for kind in result["kinds"]:
+        table.add_column(kind, justify="right")
+    table.add_row("total", *[_critical_cell(s) for s in summaries])
+    for key, label in (("foundry_critical", "{}"), ("foundry_overlapped", "{} (overlapped, not in the total)")):
+        names: list[str] = []
+        for s in summaries:
+            names += [n for n in s.get(key) or {} if n not in names]
+        for name in names:
+            cells = [spread(d).text(3) if (d := (s.get(key) or {}).get(name)) else "-" for s in summaries]
+            table.add_row(label.format(name), *cells)
     return table
 
 
@@ -114,8 +146,8 @@ def failures(result: dict) -> list[str]:
 
 def print_result(result: dict, console) -> None:
     console.print(phases_table(result))
-    durations = durations_table(result)
-    if durations is not None:
-        console.print(durations)
+    for extra in (durations_table(result), critical_table(result)):
+        if extra is not None:
+            console.print(extra)
     for line in failures(result):
         console.print(f"[yellow]{line}[/yellow]")

@@ -38,10 +38,17 @@ def _spreads(records: Iterable[dict], key: str) -> dict[str, Spread]:
     return {name: Spread.of(v) for name, v in values.items()}
 
 
+def _critical(records: Sequence[dict]) -> dict | None:
+    values = [float(r["foundry_critical_s"]) for r in records if r.get("foundry_critical_s") is not None]
+    return asdict(Spread.of(values)) if values else None
+
+
 def summarise(starts: Sequence[dict], kinds: Sequence[str]) -> dict[str, dict]:
     """Per kind: ``starts`` (recorded), ``ok`` (reached ready and answered), ``phases`` and
-    ``durations`` as {name: Spread as dict}, ``foundry`` as {outcome: count}. Starts that failed
-    count in ``starts`` only."""
+    ``durations`` as {name: Spread as dict}, ``foundry`` as {outcome: count}, Foundry's critical
+    path as ``foundry_critical_s`` (a Spread as dict, None when no start logged one),
+    ``foundry_critical`` and ``foundry_overlapped`` ({item: Spread as dict}, over the starts that
+    recorded the item). Starts that failed count in ``starts`` only."""
     summary = {}
     for kind in kinds:
         mine = [s for s in starts if s["kind"] == kind and s.get("recorded", True)]
@@ -52,6 +59,9 @@ def summarise(starts: Sequence[dict], kinds: Sequence[str]) -> dict[str, dict]:
             "phases": {k: asdict(v) for k, v in _spreads(ok, "phases").items()},
             "durations": {k: asdict(v) for k, v in _spreads(ok, "durations").items()},
             "foundry": dict(Counter(s.get("foundry", "-") for s in ok)),
+            "foundry_critical_s": _critical(ok),
+            "foundry_critical": {k: asdict(v) for k, v in _spreads(ok, "foundry_critical").items()},
+            "foundry_overlapped": {k: asdict(v) for k, v in _spreads(ok, "foundry_overlapped").items()},
         }
     return summary
 

@@ -70,6 +70,9 @@ elif mode == "load":
     else:
         print(f"{p} [session.py:270] foundry: rank 0 cannot load the archive (no manifest); starting normally",
               flush=True)
+if mode:
+    print(f"{p} [worker.py:282] foundry: critical path in this process (rank 0): 0.050 s (archive check 0.020, "
+          "images wait 0.030); overlapped, not in the total: images thread cpu 0.100", flush=True)
 print(f"{p} [core.py:345] init engine (profile, create kv cache, warmup model) took 0.42 s", flush=True)
 open(os.path.join(state, "ready"), "w").close()
 while True:
@@ -105,6 +108,9 @@ try:
     httpd.serve_forever()
 except KeyboardInterrupt:
     print(f"(APIServer pid={pid}) INFO:     Shutting down", flush=True)
+    if archive:  # Foundry's line of a process without a rank comes at its exit
+        print(f"(APIServer pid={pid}) INFO foundry: critical path in this process: 0.075 s (restart 0.060, "
+              "plugin import 0.015)", flush=True)
 '''
 
 
@@ -188,12 +194,23 @@ def test_a_run_of_every_kind_against_a_fake_engine(fake, tmp_path, caches):
         assert s["markers"]["app_startup_complete"] <= p["health"]
         assert s["completion_text"] == " fake 8"
         assert s["stopped_by"] == "SIGINT" and s["port_free"] is True
+        if s["kind"] in ("save", "load-warm", "load-cold"):
+            # The API server's exit line and the engine core's, as one critical path.
+            assert s["foundry_critical_s"] == pytest.approx(0.125) and s["foundry_critical_lines"] == 2
+            assert s["foundry_critical"] == pytest.approx({"archive check": 0.02, "images wait": 0.03,
+                                                           "restart": 0.06, "plugin import": 0.015})
+            assert s["foundry_overlapped"] == pytest.approx({"images thread cpu": 0.1})
+        else:
+            assert s["foundry_critical_s"] is None and s["foundry_critical"] == {}
         assert "Shutting down" in text  # SIGINT let the server stop cleanly; its last lines were read
 
     # Each LOAD read the archive of the SAVE just before it.
     for r in (1, 2):
         save, *loads = [s for s in recorded if s["round"] == r and s["kind"] in ("save", "load-warm", "load-cold")]
         assert all(load["archive"] == save["archive"] for load in loads)
+    critical = result["summary"]["load-warm"]["foundry_critical_s"]
+    assert critical["median"] == pytest.approx(0.125) and critical["n"] == 2
+    assert result["summary"]["base-warm"]["foundry_critical_s"] is None
     assert list(work.iterdir()) == []  # the run's archives and cold caches removed at the end
     # Every process the fake started, engine cores included, is gone.
     assert [p for p in os.listdir(fake["pids"]) if _alive(int(p))] == []
@@ -222,7 +239,9 @@ def test_a_server_that_exits_is_a_failed_start_and_the_run_goes_on(fake, tmp_pat
     assert "exited before /health answered 200" in result["starts"][0]["error"]
     assert "(exit status 3)" in result["starts"][0]["error"]
     assert result["starts"][0]["phases"]["first_line"] is not None  # its log was still read
-    assert result["summary"]["base-warm"] == {"starts": 1, "ok": 0, "phases": {}, "durations": {}, "foundry": {}}
+    assert result["summary"]["base-warm"] == {"starts": 1, "ok": 0, "phases": {}, "durations": {}, "foundry": {},
+                                              "foundry_critical_s": None, "foundry_critical": {},
+                                              "foundry_overlapped": {}}
     assert "FAILED" in lines[0] and "logs/01-r1-base-warm.log" in lines[0]
 
 

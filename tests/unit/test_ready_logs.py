@@ -137,3 +137,36 @@ def test_a_log_without_stamps_is_refused(tmp_path):
 def test_every_engine_has_a_pattern_for_each_log_phase():
     for engine in engines.ENGINES.values():
         assert set(engine.phases) == set(engines.LOG_PHASES), engine.name
+
+
+# Foundry's critical-path lines (foundry_core/engine/critical_path.py): the engine core's rank at the
+# end of its start-up phase, the API server's (no rank) when it exits.
+CRITICAL_LINES = [
+    (47.950, "(EngineCore pid=4321) INFO 11-30 10:37:00 [worker.py:282] foundry: critical path in this process "
+             "(rank 0): 0.052 s (plugin import 0.004, seams 0.006, fingerprint 0.003, archive check 0.011, host "
+             "caches 0.008, images wait 0.020); overlapped, not in the total: images thread cpu 0.095"),
+    (61.000, "(APIServer pid=4100) INFO 11-30 10:37:14 [critical_path.py:171] foundry: critical path in this "
+             "process: 0.081 s (restart 0.062, early start 0.008, plugin import 0.007, seams 0.004)"),
+]
+
+
+def test_foundry_critical_path_is_the_first_process_plus_the_rank():
+    found = logparse.parse(engines.VLLM, VLLM_LOG + CRITICAL_LINES)
+    assert found.critical is not None
+    assert found.critical.total == pytest.approx(0.133) and found.critical.lines == 2
+    assert found.critical.items == pytest.approx({
+        "plugin import": 0.011, "seams": 0.010, "fingerprint": 0.003, "archive check": 0.011, "host caches": 0.008,
+        "images wait": 0.020, "restart": 0.062, "early start": 0.008})
+    assert found.critical.overlapped == pytest.approx({"images thread cpu": 0.095})
+    assert {len(VLLM_LOG), len(VLLM_LOG) + 1} <= found.matched_lines  # kept by keep_logs=tail
+    assert logparse.parse(engines.VLLM, VLLM_LOG).critical is None  # an unmodified start logs none
+
+
+def test_of_two_ranks_the_slower_one_counts():
+    lines = [(1.0, "[2026-11-29 10:36:47 TP0] foundry: critical path in this process (rank 0): 0.050 s "
+                   "(archive check 0.050)"),
+             (1.1, "[2026-11-29 10:36:47 TP1] foundry: critical path in this process (rank 1): 0.070 s "
+                   "(archive check 0.030, host caches 0.040)")]
+    critical = logparse.parse(engines.SGLANG, lines).critical
+    assert critical.total == pytest.approx(0.070)
+    assert critical.items == pytest.approx({"archive check": 0.030, "host caches": 0.040})

@@ -27,12 +27,28 @@ STARTS = [
 ]
 
 
+# Foundry's critical path of the SAVE and LOAD starts, s: (total, restart, archive check), images thread cpu
+CRITICAL = {("save", 1): (0.100, 0.060, 0.040, None), ("save", 2): (0.140, 0.080, 0.060, None),
+            ("save", 3): (0.120, 0.070, 0.050, None), ("load-warm", 1): (0.200, 0.050, 0.150, 0.30),
+            ("load-warm", 2): (0.180, 0.060, 0.120, 0.40), ("load-warm", 3): (0.260, 0.060, 0.200, 0.50)}
+
+
+def _critical(kind: str, rnd: int) -> dict:
+    if (kind, rnd) not in CRITICAL:
+        return {"foundry_critical_s": None, "foundry_critical": {}, "foundry_overlapped": {},
+                "foundry_critical_lines": 0}
+    total, restart, check, cpu = CRITICAL[kind, rnd]
+    return {"foundry_critical_s": total, "foundry_critical": {"restart": restart, "archive check": check},
+            "foundry_overlapped": {"images thread cpu": cpu} if cpu is not None else {},
+            "foundry_critical_lines": 2}
+
+
 def _start(index: int, row: tuple) -> dict:
     kind, rnd, *times, init_s, foundry = row
     return {"index": index, "kind": kind, "round": rnd, "recorded": True, "ok": True, "error": None,
             "log": f"logs/{index:02d}-r{rnd}-{kind}.log", "command": ["python3", "-m", "vllm.entrypoints.cli.main"],
             "env": {"PYTHONUNBUFFERED": "1", "FOUNDRY_ARCHIVE": None}, "phases": dict(zip(PHASES, times)),
-            "markers": {}, "durations": {"init_engine_s": init_s}, "foundry": foundry}
+            "markers": {}, "durations": {"init_engine_s": init_s}, "foundry": foundry, **_critical(kind, rnd)}
 
 
 def _result() -> dict:
@@ -75,6 +91,46 @@ def test_phases_table_has_a_row_per_kind_with_median_and_range():
     assert "3/3" in row and "51.4 (49.0-53.0)" in row and "51.6 (49.3-53.4)" in row and "none 3" in row
     load = next(line for line in text.splitlines() if "load-warm" in line)
     assert "3/4" in load and "fell back 1, restored 2" in load
+
+
+def test_critical_path_median_and_range_per_kind():
+    summary = _result()["summary"]
+    assert stats.spread(summary["save"]["foundry_critical_s"]) == stats.Spread(0.12, 0.1, 0.14, 3)
+    assert summary["base-warm"]["foundry_critical_s"] is None and summary["base-warm"]["foundry_critical"] == {}
+    assert stats.spread(summary["load-warm"]["foundry_critical"]["archive check"]).median == 0.15
+    assert stats.spread(summary["load-warm"]["foundry_overlapped"]["images thread cpu"]).max == 0.5
+    assert "images thread cpu" not in summary["save"]["foundry_overlapped"]
+
+
+def test_phases_table_has_a_critical_path_column():
+    text = _text(report.phases_table(_result()))
+    assert "Foundry's critical path" in text
+    save = next(line for line in text.splitlines() if line.lstrip("│ ").startswith("save"))
+    assert save.rstrip(" │").endswith("0.120 (0.100-0.140)")
+    load = next(line for line in text.splitlines() if "load-warm" in line)
+    assert load.rstrip(" │").endswith("0.200 (0.180-0.260)")
+    base = next(line for line in text.splitlines() if "base-warm" in line)
+    assert base.rstrip(" │").endswith("-")  # an unmodified start has no Foundry on its path
+
+
+def test_critical_table_lists_each_item_per_kind():
+    text = _text(report.critical_table(_result()))
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in text.splitlines() if line.startswith("│")}
+    assert rows["total"] == ["-", "0.120 (0.100-0.140)", "0.200 (0.180-0.260)"]
+    assert rows["restart"] == ["-", "0.070 (0.060-0.080)", "0.060 (0.050-0.060)"]
+    assert rows["archive check"] == ["-", "0.050 (0.040-0.060)", "0.150 (0.120-0.200)"]
+    assert rows["images thread cpu (overlapped, not in the total)"] == ["-", "-", "0.400 (0.300-0.500)"]
+
+
+def test_a_result_from_before_the_critical_path_prints_without_it():
+    result = _result()
+    for s in result["summary"].values():
+        for key in ("foundry_critical_s", "foundry_critical", "foundry_overlapped"):
+            del s[key]
+    assert report.critical_table(result) is None
+    base = next(line for line in _text(report.phases_table(result)).splitlines() if "save" in line)
+    assert base.rstrip(" │").endswith("-")
 
 
 def test_durations_table_lists_what_the_engine_reported():
