@@ -342,19 +342,32 @@ def _fake_torch():
 
     cuda = types.SimpleNamespace(current_device=refuse, get_device_properties=refuse, get_device_capability=refuse,
                                  get_device_name=refuse, _get_nvml_device_index=lambda i: {0: 3, 1: 5}[i])
-    return types.SimpleNamespace(cuda=cuda)
+    torch = types.SimpleNamespace(cuda=cuda, _C=types.SimpleNamespace(_get_accelerator=refuse),
+                                  device=lambda kind: types.SimpleNamespace(type=kind))
+
+    def get_device_module():  # as torch's, which asks the accelerator when given no device
+        return getattr(torch, torch._C._get_accelerator().type)
+
+    torch.get_device_module = get_device_module
+    return torch
+
+
+def _queries(torch):
+    return {q: getattr(*device_facts.owner(torch, q)) for q in device_facts.QUERIES}
 
 
 def test_the_device_queries_answer_from_nvml_and_come_back():
     torch, nvml = _fake_torch(), _FakeNvml()
-    originals = {q: getattr(torch.cuda, q) for q in device_facts.QUERIES}
+    originals = _queries(torch)
     with device_facts.answered_from(torch, device_facts.nvml_facts(torch, nvml)):
         # What sgl_kernel asks at import to choose its kernel library.
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         assert props.major * 10 + props.minor == 90
         assert torch.cuda.get_device_capability("cuda:1") == (9, 0)
         assert torch.cuda.get_device_name() == "NVIDIA H200" and props.total_memory == 150 << 30
-    assert {q: getattr(torch.cuda, q) for q in device_facts.QUERIES} == originals
+        # What SGLang's parallel_state and cache_controller ask at import.
+        assert torch.get_device_module() is torch.cuda
+    assert _queries(torch) == originals
     assert nvml.inits == 1
 
 
@@ -539,7 +552,7 @@ def test_a_stand_in_kept_by_an_object_is_put_back(monkeypatch, tmp_path):
 
 
 def test_what_cannot_be_put_back_is_still_reported():
-    replaced = {"current_device": lambda: 0}
+    replaced = {"cuda.current_device": lambda: 0}
 
     class Frozen:  # refuses new values for its attributes
         def __init__(self, fn):
@@ -549,8 +562,8 @@ def test_what_cannot_be_put_back_is_still_reported():
             raise AttributeError(f"{name} is read-only")
 
     holder = types.ModuleType("holds_stand_ins")
-    holder.frozen = Frozen(replaced["current_device"])
-    holder.direct = replaced["current_device"]
+    holder.frozen = Frozen(replaced["cuda.current_device"])
+    holder.direct = replaced["cuda.current_device"]
     sys.modules["holds_stand_ins"] = holder
     try:
         torch = types.SimpleNamespace(cuda=types.SimpleNamespace(current_device=lambda: 1))
@@ -559,3 +572,21 @@ def test_what_cannot_be_put_back_is_still_reported():
         assert device_facts.kept_references(replaced) == ["holds_stand_ins.frozen.fn"]
     finally:
         del sys.modules["holds_stand_ins"]
+
+
+def test_without_a_device_in_nvml_the_accelerator_is_the_cpu():
+    torch = _fake_torch()
+
+    def no_device(index):
+        raise LookupError(f"NVML has no device {index}")
+
+    with device_facts.answered_from(torch, no_device):
+        assert torch._C._get_accelerator().type == "cpu"
+
+
+def test_a_torch_without_the_accelerator_query_keeps_the_others():
+    torch = _fake_torch()
+    del torch._C._get_accelerator
+    with device_facts.answered_from(torch, device_facts.nvml_facts(torch, _FakeNvml())) as replaced:
+        assert "_C._get_accelerator" not in replaced and torch.cuda.get_device_capability() == (9, 0)
+    assert not hasattr(torch._C, "_get_accelerator")

@@ -7,6 +7,11 @@ cannot fork children that use it. During the fork server's imports,
 those queries get the same answers from NVML (:func:`answered_from` with :func:`nvml_facts`), which
 never touches the CUDA driver; afterwards torch's own functions are back.
 
+``torch.get_device_module()`` without a device asks ``torch._C._get_accelerator()``, whose CUDA
+check counts devices through the CUDA runtime (cuInit): SGLang 0.5.17 calls it at import, in the
+class body of ``distributed/parallel_state.py``'s ``GraphCaptureContext`` (an annotation) and at module level in
+``managers/cache_controller.py``. Its stand-in answers ``cuda`` when NVML sees a device.
+
 A module that kept a reference to one of the stand-ins (``from torch.cuda import current_device``
 at import, or Triton's driver, made at import by SGLang's ``fla`` kernels, which binds
 ``torch.cuda.current_device``) would answer from NVML for good, also after ``torch.cuda.set_device``:
@@ -24,7 +29,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-QUERIES = ("current_device", "get_device_properties", "get_device_capability", "get_device_name")
+# What is answered, as "<attribute of torch>.<function>": torch.cuda's device queries, looked up at
+# call time by their callers, and the accelerator query of torch.get_device_module().
+QUERIES = ("cuda.current_device", "cuda.get_device_properties", "cuda.get_device_capability",
+           "cuda.get_device_name", "_C._get_accelerator")
+
+
+def owner(torch: Any, query: str) -> tuple[Any, str]:
+    """(the object that holds ``query``'s function, the function's name)."""
+    where, name = query.rsplit(".", 1)
+    return getattr(torch, where), name
 
 
 @dataclass(frozen=True)
@@ -66,9 +80,10 @@ def _index(device: Any) -> int:
     return 0 if index is None else int(index)
 
 
-def stand_ins(facts: Callable[[int], DeviceFacts]) -> dict[str, Callable[..., Any]]:
-    """The four queries, answered from ``facts``; the current device is device 0, as in a process
-    that has not chosen one."""
+def stand_ins(facts: Callable[[int], DeviceFacts], device: Callable[[str], Any]) -> dict[str, Callable[..., Any]]:
+    """The :data:`QUERIES`, answered from ``facts``; the current device is device 0, as in a
+    process that has not chosen one; the accelerator is ``device("cuda")`` when ``facts`` knows
+    device 0, else ``device("cpu")`` (torch's answer without a CUDA device)."""
 
     def current_device() -> int:
         return 0
@@ -83,23 +98,32 @@ def stand_ins(facts: Callable[[int], DeviceFacts]) -> dict[str, Callable[..., An
     def get_device_name(device: Any = None) -> str:
         return facts(_index(device)).name
 
-    return {"current_device": current_device, "get_device_properties": get_device_properties,
-            "get_device_capability": get_device_capability, "get_device_name": get_device_name}
+    def get_accelerator() -> Any:
+        try:
+            facts(0)
+        except Exception:  # noqa: BLE001 - NVML has no device 0, so neither has CUDA
+            return device("cpu")
+        return device("cuda")
+
+    return {"cuda.current_device": current_device, "cuda.get_device_properties": get_device_properties,
+            "cuda.get_device_capability": get_device_capability, "cuda.get_device_name": get_device_name,
+            "_C._get_accelerator": get_accelerator}
 
 
 @contextlib.contextmanager
 def answered_from(torch: Any, facts: Callable[[int], DeviceFacts]) -> Iterator[dict[str, Callable[..., Any]]]:
-    """For the duration of the block, ``torch.cuda``'s four queries answer from ``facts`` (see
-    :func:`nvml_facts`); yields the stand-ins (for :func:`kept_references`)."""
-    replaced = stand_ins(facts)
-    saved = {name: getattr(torch.cuda, name) for name in QUERIES}
-    for name, fn in replaced.items():
-        setattr(torch.cuda, name, fn)
+    """For the duration of the block, the :data:`QUERIES` answer from ``facts`` (see
+    :func:`nvml_facts`); yields the stand-ins (for :func:`kept_references`). A query this torch
+    lacks is left out."""
+    replaced = {q: fn for q, fn in stand_ins(facts, torch.device).items() if hasattr(*owner(torch, q))}
+    saved = {q: getattr(*owner(torch, q)) for q in replaced}
+    for q, fn in replaced.items():
+        setattr(*owner(torch, q), fn)
     try:
         yield replaced
     finally:
-        for name, fn in saved.items():
-            setattr(torch.cuda, name, fn)
+        for q, fn in saved.items():
+            setattr(*owner(torch, q), fn)
 
 
 def _holders(depth: int = 3) -> Iterator[tuple[str, Any, str, Any]]:
@@ -134,16 +158,16 @@ def kept_references(replaced: dict[str, Callable[..., Any]]) -> list[str]:
 
 
 def rebind(replaced: dict[str, Callable[..., Any]], torch: Any) -> tuple[list[str], list[str]]:
-    """Puts torch.cuda's own function back wherever an import kept a stand-in (after the block of
-    :func:`answered_from`, so ``torch.cuda`` holds them again), in one walk of :func:`_holders`;
-    returns the paths it mended and those it could not (as :func:`kept_references` names them)."""
-    by_id = {id(fn): name for name, fn in replaced.items()}
+    """Puts torch's own function back wherever an import kept a stand-in (after the block of
+    :func:`answered_from`, so torch holds them again), in one walk of :func:`_holders`; returns
+    the paths it mended and those it could not (as :func:`kept_references` names them)."""
+    by_id = {id(fn): query for query, fn in replaced.items()}
     mended, kept = [], []
     for path, holder, attr, value in _holders():
-        name = by_id.get(id(value))
-        if name is not None:
+        query = by_id.get(id(value))
+        if query is not None:
             try:
-                setattr(holder, attr, getattr(torch.cuda, name))
+                setattr(holder, attr, getattr(*owner(torch, query)))
                 mended.append(path)
             except (AttributeError, TypeError):
                 kept.append(path)
