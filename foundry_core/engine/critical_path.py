@@ -12,7 +12,8 @@ elsewhere (the start-up hook's restart, before this module was imported). The li
 add up to the total. After ``overlapped`` come the CPU seconds of Foundry's own threads: they run
 while the engine loads its weights and compete with it only for the GIL and the cores, which
 costs the start some share of them that no clock in this process can tell apart, so they are
-shown beside the total and not in it.
+shown beside the total and not in it; and ``engine imports`` (:meth:`Ledger.engine_work`): the
+engine's modules that installing a seam imported, ahead of the engine, which imports them anyway.
 
 Reported by the worker runtime when its start-up phase ends (the restore or the capture,
 :meth:`foundry_core.engine.worker.WorkerRuntime.in_phase`), and otherwise at the process's exit
@@ -102,11 +103,21 @@ class Ledger:
             stack = self._local.stack = []
         return stack
 
-    @contextlib.contextmanager
-    def timed(self, item: str) -> Iterator[None]:
+    def timed(self, item: str) -> contextlib.AbstractContextManager[None]:
         """Adds the block's wall time (perf_counter) to ``item``, less its inner blocks' (see the
         module on nesting), also when it raises. Records nothing on a thread inside
         :meth:`background`: the start does not wait there."""
+        return self._block(item, counted=True)
+
+    def engine_work(self, item: str) -> contextlib.AbstractContextManager[None]:
+        """A block of the engine's own work that Foundry only runs earlier than the engine would
+        (importing an engine module that a seam wraps: the engine imports it before it can call
+        it): its wall time leaves the enclosing block's item, as an inner block's does, and is
+        shown beside the total, not in it."""
+        return self._block(item, counted=False)
+
+    @contextlib.contextmanager
+    def _block(self, item: str, counted: bool) -> Iterator[None]:
         self._check(item)
         if getattr(self._local, "background", 0):
             yield
@@ -123,7 +134,7 @@ class Ledger:
             if frame.generation == self._generation:
                 if stack:
                     stack[-1].inner += elapsed
-                self.add(item, elapsed - frame.inner)
+                (self.add if counted else self.add_overlapped)(item, elapsed - frame.inner)
 
     @contextlib.contextmanager
     def background(self, item: str) -> Iterator[None]:

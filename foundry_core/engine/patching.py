@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from foundry_core.engine import critical_path
 from foundry_core.engine.seam import Seam, SeamTable
 from foundry_core.errors import UnsupportedError
 
@@ -63,7 +64,9 @@ class Patcher:
     def resolve(self, s: Seam) -> tuple[Any, str, Any]:
         """(owner, attribute name, raw attribute) of a seam in the installed engine; SeamError otherwise."""
         try:
-            owner: Any = importlib.import_module(s.module)
+            # The engine imports the module anyway (it calls the seam): not Foundry's time.
+            with critical_path.LEDGER.engine_work("engine imports"):
+                owner: Any = importlib.import_module(s.module)
         except ImportError as exc:
             raise self.error(s, f"cannot be imported ({exc})") from None
         parts = s.qualname.split(".")

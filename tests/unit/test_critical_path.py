@@ -91,6 +91,39 @@ def test_an_inner_item_is_taken_out_of_the_outer_one(ledger, clock):
     assert ledger.total() == pytest.approx(0.4)
 
 
+def test_engine_work_leaves_the_enclosing_item_and_the_total(ledger, clock):
+    with ledger.timed("seams"):
+        clock.step(0.1)
+        with ledger.engine_work("engine imports"):
+            clock.step(1.5)
+            with ledger.timed("fingerprint"):  # Foundry's own work inside still counts
+                clock.step(0.02)
+        clock.step(0.05)
+    assert ledger.items() == pytest.approx({"fingerprint": 0.02, "seams": 0.15})
+    assert ledger.overlapped() == pytest.approx({"engine imports": 1.5})
+    assert ledger.total() == pytest.approx(0.17)
+    parsed = cp.parse_line(ledger.line(rank=0))
+    assert parsed.total == pytest.approx(0.17) and parsed.overlapped == pytest.approx({"engine imports": 1.5})
+
+
+def test_a_seams_install_counts_its_module_import_as_engine_work(monkeypatch, tmp_path):
+    from foundry_core.engine.patching import Patcher
+    from foundry_core.engine.seam import Seam, SeamTable
+
+    (tmp_path / "slow_engine_module.py").write_text("import time\ntime.sleep(0.2)\ndef step(x):\n    return x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "slow_engine_module", raising=False)
+    fresh = cp.Ledger()
+    monkeypatch.setattr(cp, "LEDGER", fresh)
+    seam = Seam("s.step", "slow_engine_module", "step", "function", params=("x",), purpose="a test seam")
+    table = SeamTable(engine="E", package="slow_engine_module", tested_versions=("1",), seams=(seam,))
+    with fresh.timed("seams"):
+        Patcher(table).install("s.step", lambda f: (lambda x: f(x) + 1))
+    assert sys.modules["slow_engine_module"].step(1) == 2
+    assert fresh.overlapped()["engine imports"] >= 0.2
+    assert fresh.items()["seams"] < 0.1
+
+
 def test_a_block_that_raises_still_counts(ledger, clock):
     with pytest.raises(RuntimeError):
         with ledger.timed("archive check"):
