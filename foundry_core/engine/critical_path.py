@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ITEM", "LEDGER", "Ledger", "ReportedLine", "Combined", "combine", "import_seconds", "parse_line",
+__all__ = ["ITEM", "LEDGER", "Ledger", "ReportedLine", "Combined", "combine", "ImportTime", "import_seconds", "import_time", "parse_line",
            "take_startup"]
 
 logger = logging.getLogger("foundry")
@@ -246,6 +246,24 @@ def import_seconds(started: float, hook: Any = None) -> float:
     if isinstance(began, float) and began <= started and ended is None:
         return 0.0
     return now - started
+
+
+@dataclass(frozen=True)
+class ImportTime:
+    """A module's import seconds (:func:`import_seconds`) and the process that waited for them."""
+
+    seconds: float
+    pid: int
+
+    def here(self) -> float:
+        """The seconds in the importing process; 0.0 in a child forked after the import (SGLang's
+        schedulers, forked from a fork server that imported the plugin), which did not wait."""
+        return self.seconds if os.getpid() == self.pid else 0.0
+
+
+def import_time(started: float, hook: Any = None) -> ImportTime:
+    """:func:`import_seconds` with this process's pid."""
+    return ImportTime(import_seconds(started, hook), os.getpid())
 
 
 # ---- reading the line back (foundry ready) ------------------------------------------------------------------

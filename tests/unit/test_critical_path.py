@@ -482,3 +482,15 @@ def test_the_worker_reports_when_its_outermost_phase_ends(ledger, caplog):
     lines = [r.getMessage() for r in caplog.records if "critical path" in r.getMessage()]
     assert lines == ["foundry: critical path in this process (rank 2): 0.030 s (archive check 0.010, "
                      "host caches 0.020)"]
+
+
+def test_an_import_counts_in_its_process_and_not_in_a_child_forked_after_it():
+    imported = cp.import_time(time.perf_counter() - 0.25, hook=object())
+    assert imported.here() >= 0.25
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: did not wait for its parent's import
+        os.write(write, repr(imported.here()).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert float(os.read(read, 64)) == 0.0

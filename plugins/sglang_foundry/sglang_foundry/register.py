@@ -59,14 +59,14 @@ __all__ = ["register", "activate", "setup_logging", "child_environment", "hosts_
            "resolve_settings", "STRICT_ENV", "LOG_ENV"]
 
 
-_IMPORT_S = critical_path.import_seconds(_IMPORT_STARTED)
+_IMPORTED = critical_path.import_time(_IMPORT_STARTED)
 
 
 def register() -> None:
     """The plugin entry point; safe to call any number of times in any process. In a scheduler a
     failed activation ends the process (SystemExit with the message), see the module docstring."""
     activation.REGISTRATION.register(lambda: cli.install(strict=False), lambda settings: activation.activate(settings),
-                                     on_error=_exit_in_scheduler, imported_s=_IMPORT_S)
+                                     on_error=_exit_in_scheduler, imported_s=_IMPORTED.here())
 
 
 def _exit_in_scheduler(exc: FoundryError) -> None:

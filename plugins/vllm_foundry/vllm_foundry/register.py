@@ -33,10 +33,10 @@ __all__ = ["register", "activate", "setup_logging", "child_environment", "hosts_
            "resolve_settings", "MP_METHOD_ENV", "STRICT_ENV", "LOG_ENV", "INPROC_ENV"]
 
 
-_IMPORT_S = critical_path.import_seconds(_IMPORT_STARTED)
+_IMPORTED = critical_path.import_time(_IMPORT_STARTED)
 
 
 def register() -> None:
     """The plugin entry point; safe to call any number of times in any process."""
     activation.REGISTRATION.register(lambda: cli.install(strict=False), lambda settings: activation.activate(settings),
-                                     imported_s=_IMPORT_S)
+                                     imported_s=_IMPORTED.here())
