@@ -12,8 +12,9 @@ import subprocess
 import sys
 import textwrap
 import threading
-import types
 import time
+import types
+import warnings
 from pathlib import Path
 
 import pytest
@@ -590,3 +591,27 @@ def test_a_torch_without_the_accelerator_query_keeps_the_others():
     with device_facts.answered_from(torch, device_facts.nvml_facts(torch, _FakeNvml())) as replaced:
         assert "_C._get_accelerator" not in replaced and torch.cuda.get_device_capability() == (9, 0)
     assert not hasattr(torch._C, "_get_accelerator")
+
+
+def test_the_status_says_how_long_the_checks_after_the_imports_took(tmp_path, monkeypatch):
+    (tmp_path / "imports_fine.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "imports_fine", raising=False)
+    monkeypatch.setattr(preload, "nvml_answers", lambda: contextlib.nullcontext({}))
+    status = preload.run(modules=("imports_fine",), path=str(tmp_path / "status.json"))
+    assert 0.0 <= status["checks_s"] <= status["import_s"]
+    assert json.loads((tmp_path / "status.json").read_text())["checks_s"] == status["checks_s"]
+
+
+def test_walking_the_modules_for_stand_ins_warns_nothing(monkeypatch):
+    class Deprecated:  # as torch.distributed.reduce_op: reading its attributes warns
+        def __getattribute__(self, name):
+            warnings.warn("deprecated", FutureWarning)
+            return object.__getattribute__(self, name)
+
+    holder = types.ModuleType("holds_a_deprecated_object")
+    holder.deprecated = Deprecated()
+    monkeypatch.setitem(sys.modules, "holds_a_deprecated_object", holder)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert device_facts.kept_references({"cuda.current_device": lambda: 0}) == []

@@ -25,6 +25,7 @@ import contextlib
 import functools
 import sys
 import types
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -139,9 +140,12 @@ def _holders(depth: int = 3) -> Iterator[tuple[str, Any, str, Any]]:
                 seen.add(id(value))
                 yield from walk(f"{path}.{attr}", value, level + 1)
 
-    for name, module in list(sys.modules.items()):
-        if module is not None:
-            yield from walk(name, module, 1)
+    # Reading some attributes warns (torch.distributed.reduce_op is deprecated): not the user's doing.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, module in list(sys.modules.items()):
+            if module is not None:
+                yield from walk(name, module, 1)
 
 
 def _plain_object(value: Any) -> bool:

@@ -160,8 +160,10 @@ class _State:
     def say_forked(self, what: str) -> None:
         if what not in self._said:
             self._said.add(what)
-            logger.info("foundry: SGLang's %s is forked from the fork server (which imported SGLang in %.2f s)",
-                        what, float(self.status().get("import_s", 0.0)))
+            status = self.status()
+            logger.info("foundry: SGLang's %s is forked from the fork server (which imported SGLang in %.2f s, "
+                        "its checks after the imports included: %.2f s)", what, float(status.get("import_s", 0.0)),
+                        float(status.get("checks_s", 0.0)))
 
     def say_once(self, what: str, reason: str) -> None:
         if reason not in self._said:

@@ -182,9 +182,12 @@ def nvml_answers() -> contextlib.AbstractContextManager:
 
 
 def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager] = nvml_answers,
-               watch: Callable[[], DriverWatch] = lambda: DriverWatch(stop=True)) -> str | None:
+               watch: Callable[[], DriverWatch] = lambda: DriverWatch(stop=True),
+               timings: dict[str, float] | None = None) -> str | None:
     """Imports ``modules`` with the device queries answered from NVML; returns why the process is
-    not safe to fork from, or None. Stops at the import that finds the driver initialised."""
+    not safe to fork from, or None. Stops at the import that finds the driver initialised.
+    ``timings`` gets ``checks_s``: the seconds of the checks after the imports (part of the
+    import time the status reports)."""
     try:
         with answers() as replaced, nvml_device_count(), watch() as watched:
             for name in modules:
@@ -192,6 +195,17 @@ def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager]
     except DriverInitialised as found:
         return f"importing SGLang initialised the CUDA driver in the fork server; it happened {found} " \
                "(the fork server stopped importing there)"
+    checks_started = time.perf_counter()
+    try:
+        return _checked(replaced, watched)
+    finally:
+        if timings is not None:
+            timings["checks_s"] = time.perf_counter() - checks_started
+
+
+def _checked(replaced: dict, watched: DriverWatch) -> str | None:
+    """After the imports: torch's own functions back where stand-ins were kept, then
+    :func:`unsafe_reason`."""
     torch = sys.modules.get("torch")
     if replaced and torch is not None:
         _, kept = device_facts.rebind(replaced, torch)  # e.g. Triton's driver, made during the imports
@@ -209,12 +223,13 @@ def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager]
 def run(modules=MODULES, path: str | None = None) -> dict:
     """Imports ``modules``, checks the process, writes the status; returns it."""
     start = time.perf_counter()
+    timings: dict[str, float] = {}
     try:
-        why = import_all(modules)
+        why = import_all(modules, timings=timings)
     except BaseException as exc:  # noqa: BLE001 - see the module docstring
         why = f"importing SGLang failed ({type(exc).__name__}: {exc})"
     status = {"safe": why is None, "why": why or "", "import_s": round(time.perf_counter() - start, 3),
-              "pid": os.getpid()}
+              "pid": os.getpid(), **{k: round(v, 3) for k, v in timings.items()}}
     path = path or os.environ.get(STATUS_ENV)
     if path:
         try:
