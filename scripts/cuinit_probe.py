@@ -32,8 +32,10 @@ def main() -> int:
     from sglang_foundry import fork_server_preload as preload
 
     start = time.perf_counter()
-    why = preload.import_all(preload.MODULES, watch=lambda: preload.DriverWatch(stop=False))
-    print(f"cuinit-probe: imports took {time.perf_counter() - start:.1f} s; unsafe: {why}", flush=True)
+    timings: dict[str, float] = {}
+    why = preload.import_all(preload.MODULES, watch=lambda: preload.DriverWatch(stop=False), timings=timings)
+    print(f"cuinit-probe: imports of {', '.join(preload.MODULES)} took {time.perf_counter() - start:.1f} s "
+          f"(checks after them {timings.get('checks_s', 0.0):.2f} s); unsafe: {why}", flush=True)
     return 0
 
 
