@@ -127,52 +127,58 @@ def answered_from(torch: Any, facts: Callable[[int], DeviceFacts]) -> Iterator[d
             setattr(*owner(torch, q), fn)
 
 
-def _holders(depth: int = 3) -> Iterator[tuple[str, Any, str, Any]]:
-    """(path, holder, attribute, value) for every attribute of every loaded module, and of the
-    plain objects those hold, down to ``depth`` levels from the module (Triton keeps its driver, which binds
-    torch.cuda's functions, in ``triton.runtime.driver._default``)."""
+# Values never walked into: classes, modules, functions (their attributes are not an import's state).
+_NOT_PLAIN = (type, types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType,
+              functools.partial)
+
+
+def _holding(ids: set[int], depth: int = 3) -> list[tuple[str, Any, str, Any]]:
+    """(path, holder, attribute, value) for every attribute, of every loaded module and of the plain
+    objects those hold down to ``depth`` levels from the module, whose value is one of ``ids``
+    (Triton keeps its driver, which binds torch.cuda's functions, in
+    ``triton.runtime.driver._default``). One pass, paths made only for what it finds: the fork
+    server walks many thousand modules while a launch may be waiting."""
+    found: list[tuple[str, Any, str, Any]] = []
     seen: set[int] = set()
 
-    def walk(path: str, holder: Any, level: int) -> Iterator[tuple[str, Any, str, Any]]:
+    def walk(path: str, holder: Any, level: int) -> None:
         for attr, value in list(getattr(holder, "__dict__", {}).items()):
-            yield f"{path}.{attr}", holder, attr, value
-            if level < depth and _plain_object(value) and id(value) not in seen:
+            if id(value) in ids:
+                found.append((f"{path}.{attr}", holder, attr, value))
+            elif level < depth and _plain_object(value) and id(value) not in seen:
                 seen.add(id(value))
-                yield from walk(f"{path}.{attr}", value, level + 1)
+                walk(f"{path}.{attr}", value, level + 1)
 
     # Reading some attributes warns (torch.distributed.reduce_op is deprecated): not the user's doing.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, module in list(sys.modules.items()):
             if module is not None:
-                yield from walk(name, module, 1)
+                walk(name, module, 1)
+    return found
 
 
 def _plain_object(value: Any) -> bool:
     """An instance with attributes of its own: not a module, class, function or builtin."""
-    return (hasattr(value, "__dict__") and not isinstance(value, (type, types.ModuleType, types.FunctionType,
-                                                                   types.MethodType, functools.partial)))
+    return not isinstance(value, _NOT_PLAIN) and hasattr(value, "__dict__")
 
 
 def kept_references(replaced: dict[str, Callable[..., Any]]) -> list[str]:
-    """The paths of loaded modules' attributes (and their objects', :func:`_holders`) that are one
+    """The paths of loaded modules' attributes (and their objects', :func:`_holding`) that are one
     of the stand-ins."""
-    ids = {id(fn) for fn in replaced.values()}
-    return sorted(path for path, _, _, value in _holders() if id(value) in ids)
+    return sorted(path for path, _, _, _ in _holding({id(fn) for fn in replaced.values()}))
 
 
 def rebind(replaced: dict[str, Callable[..., Any]], torch: Any) -> tuple[list[str], list[str]]:
     """Puts torch's own function back wherever an import kept a stand-in (after the block of
-    :func:`answered_from`, so torch holds them again), in one walk of :func:`_holders`; returns
+    :func:`answered_from`, so torch holds them again), in one walk of :func:`_holding`; returns
     the paths it mended and those it could not (as :func:`kept_references` names them)."""
     by_id = {id(fn): query for query, fn in replaced.items()}
     mended, kept = [], []
-    for path, holder, attr, value in _holders():
-        query = by_id.get(id(value))
-        if query is not None:
-            try:
-                setattr(holder, attr, getattr(*owner(torch, query)))
-                mended.append(path)
-            except (AttributeError, TypeError):
-                kept.append(path)
+    for path, holder, attr, value in _holding(set(by_id)):
+        try:
+            setattr(holder, attr, getattr(*owner(torch, by_id[id(value)])))
+            mended.append(path)
+        except (AttributeError, TypeError):
+            kept.append(path)
     return sorted(mended), sorted(kept)
