@@ -37,14 +37,27 @@ def gpu() -> dict | None:
     return {"name": name, "driver": driver or None, "memory": memory or None, "count": len(out.splitlines())}
 
 
-def git_commit() -> str | None:
-    """The commit of the checkout foundry_core runs from, when it runs from one."""
-    here = Path(__file__).resolve().parent
-    commit = _run(["git", "rev-parse", "HEAD"], cwd=here)
-    if commit is None:
+# Filled in by `git archive` (export-subst in .gitattributes): a tree exported without its
+# history still says which commit it is.
+COMMIT_FILE = "COMMIT"
+
+
+def git_commit(package_dir: Path | None = None) -> str | None:
+    """The commit foundry_core runs from: its checkout's (``+changes`` when tracked files differ),
+    or, in a tree exported by ``git archive`` (no checkout of its own: an enclosing repository's
+    HEAD would be another commit), the one written into ``foundry_core/COMMIT``; else None."""
+    here = (package_dir or Path(__file__).resolve().parent.parent).resolve()
+    top = _run(["git", "rev-parse", "--show-toplevel"], cwd=here)
+    if top is not None and Path(top).resolve() == here.parent:
+        commit = _run(["git", "rev-parse", "HEAD"], cwd=here)
+        if commit is not None:
+            dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here)
+            return commit + ("+changes" if dirty else "")
+    try:
+        written = (here / COMMIT_FILE).read_text().strip()
+    except OSError:
         return None
-    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here)
-    return commit + ("+changes" if dirty else "")
+    return written if written and not written.startswith("$Format") else None
 
 
 def collect(python: str, distribution: str) -> dict:
