@@ -37,9 +37,10 @@ QUERIES = ("cuda.current_device", "cuda.get_device_properties", "cuda.get_device
 
 
 def owner(torch: Any, query: str) -> tuple[Any, str]:
-    """(the object that holds ``query``'s function, the function's name)."""
+    """(the object that holds ``query``'s function, None where torch has no such object; the
+    function's name)."""
     where, name = query.rsplit(".", 1)
-    return getattr(torch, where), name
+    return getattr(torch, where, None), name
 
 
 @dataclass(frozen=True)
