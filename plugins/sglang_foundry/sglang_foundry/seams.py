@@ -41,6 +41,7 @@ _KVC = "sglang.srt.mem_cache.kv_cache_configurator"
 _DCGR = "sglang.srt.model_executor.runner.decode_cuda_graph_runner"
 _FCGB = "sglang.srt.model_executor.runner_backend.full_cuda_graph_backend"
 _SCHEDULER = "sglang.srt.managers.scheduler"
+_BCG = "sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph"
 
 SEAMS: tuple[Seam, ...] = (
     # ---- plugin loading and processes ------------------------------------------------------
@@ -151,6 +152,18 @@ SEAMS: tuple[Seam, ...] = (
                  "torch.cuda.graph, both looked up at call time"),
     Seam("cg.replay", _FCGB, "FullCudaGraphBackend.replay", "method", params=("self", "shape_key"),
          purpose="replays self._graphs[key] (restored graphs have .replay()) and returns self._outputs[key]"),
+    # ---- breakable prefill graphs (breaks.py; without these, prefill graphs stay refused) ---------
+    Seam("bcg.eager_on_graph", _BCG, "eager_on_graph", "function",
+         calls=("captured_inner", "_copy_output", "capture.cuda_graph._break_fns.append"), required=False,
+         purpose="the eager call between two prefill graph segments: a replay_fn closure over captured_inner, "
+                 "captured_args, captured_kwargs and captured_output, which breaks.py describes and rebuilds"),
+    Seam("bcg.copy_output", _BCG, "_copy_output", "function", params=("dst", "src"), required=False,
+         purpose="copies an eager call's new result into its first output; a rebuilt call uses the same"),
+    Seam("bcg.graph", _BCG, "BreakableCUDAGraph.__init__", "method", params=("self",),
+         assigns=("_segments", "_break_fns"), required=False,
+         purpose="the segments and the eager calls between them, which a restored prefill graph fills"),
+    Seam("bcg.graph_replay", _BCG, "BreakableCUDAGraph.replay", "method", params=("self",), calls=("seg.replay",),
+         required=False, purpose="replays each segment, then the eager call after it, on the current stream"),
     Seam("out.logits_output", "sglang.srt.layers.logits_processor", "LogitsProcessorOutput.hidden_states",
          "constant",
          purpose="the decode graphs' output object (a dataclass), rebuilt at LOAD around the restored tensors"),
@@ -158,9 +171,10 @@ SEAMS: tuple[Seam, ...] = (
 
 TABLE = SeamTable(
     engine="SGLang", package="sglang", tested_versions=TESTED_VERSIONS, seams=SEAMS,
-    # Only read or recognised, never wrapped: load_plugins is called from other modules, and
-    # run_scheduler_process is a spawn target, not a call.
-    read_only_modules=("sglang.srt.plugins", _SCHEDULER),
+    # Only read or recognised, never wrapped: load_plugins is called from other modules,
+    # run_scheduler_process is a spawn target, not a call, and the breakable graph's functions are
+    # read (eager_on_graph's closures) or called (_copy_output).
+    read_only_modules=("sglang.srt.plugins", _SCHEDULER, _BCG),
 )
 
 BY_NAME: dict[str, Seam] = TABLE.by_name
