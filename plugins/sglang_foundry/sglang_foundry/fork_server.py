@@ -4,7 +4,7 @@ SGLang spawns its children: each execs a fresh interpreter that imports SGLang a
 does any work (about 30 s for the scheduler on the GPU host, on the critical path of every start).
 With Foundry active, a fork server is started at interpreter start-up instead (``start_early``,
 run by foundry-core's start-up hook through the ``foundry.early_start`` entry point). It imports
-SGLang's scheduler and detokenizer modules while the main process imports its own, with the
+SGLang's scheduler and detokenizer modules (and this plugin's entry point) while the main process imports its own, with the
 preload already in place (it is the restarted process's child), and never initialises CUDA. When
 SGLang launches its children, each is forked from it (``ForkedProcess``): the imports are done.
 
