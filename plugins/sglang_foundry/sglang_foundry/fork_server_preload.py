@@ -71,6 +71,11 @@ def driver_now_initialised(soname: str = DRIVER_SONAME) -> bool:
         return False  # not loaded, so not initialised
 
 
+def other_threads(shown: int = 5) -> str:
+    """The names of the threads running besides the main one (at most ``shown``), "" when none."""
+    return ", ".join([t.name for t in threading.enumerate() if t is not threading.main_thread()][:shown])
+
+
 class DriverInitialised(BaseException):
     """Raised from the import under way when the watch sees the driver initialised: the fork server
     can no longer be forked from, so the rest of SGLang's imports would only keep the main process
@@ -108,9 +113,9 @@ class DriverWatch:
             if self.initialised():
                 since = f"between importing {self._last} and" if self._last else "before"
                 self.culprit = f"{since} importing {fullname}, in {importing_chain(sys._getframe(1))}"
-                others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+                others = other_threads()
                 if others:  # then one of them may have done it
-                    self.culprit += f" (other threads running: {', '.join(others[:5])})"
+                    self.culprit += f" (other threads running: {others})"
                 if self.stop:
                     raise DriverInitialised(self.culprit)
             else:
@@ -156,9 +161,9 @@ def unsafe_reason(maps_path: str = "/proc/self/maps",
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         return "importing SGLang initialised CUDA in the fork server"
-    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    others = other_threads()
     if others:
-        return f"importing SGLang started threads in the fork server ({', '.join(others[:5])})"
+        return f"importing SGLang started threads in the fork server ({others})"
     return None
 
 
