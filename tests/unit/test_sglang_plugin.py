@@ -1,6 +1,8 @@
 """sglang-foundry without SGLang: registration, CLI flags, adapter fingerprint, mode refusal, seam
 patching, and the SAVE / LOAD flows of the worker and capture seams over a fake SGLang whose
-modules have the real names and the shapes listed in sglang_foundry/seams.py.
+modules have the real names and the shapes listed in sglang_foundry/seams.py (its breakable prefill
+graphs, which test_sglang_prefill.py drives, included; the fixtures here turn them off unless a test
+asks for them).
 
 The flows run the real EngineSession (mode resolution, fingerprint, engine_state.json written and
 read back, fallback policy) over a region runtime without a GPU (test_engine_support.FakeRuntime)
@@ -13,6 +15,7 @@ import contextlib
 import dataclasses
 import importlib
 import logging
+import math
 import multiprocessing
 import os
 import sys
@@ -38,7 +41,9 @@ except ImportError:  # not installed: test the source tree
 
 from foundry_core.engine import Mode  # noqa: E402
 from foundry_core.engine.layout import rank_dir  # noqa: E402
-from foundry_core.errors import InvalidArgumentError, MismatchError, StateError, UnsupportedError  # noqa: E402
+from foundry_core.errors import (  # noqa: E402
+    DivergenceError, InvalidArgumentError, MismatchError, StateError, UnsupportedError)
+from foundry_core.region import LogEntry, compare_placements  # noqa: E402
 
 from sglang_foundry import adapter as adapter_mod  # noqa: E402
 from sglang_foundry import (  # noqa: E402
@@ -50,6 +55,7 @@ from sglang_foundry import (  # noqa: E402
     options,
     outputs,
     patching,
+    prefill_patches,
     runtime,
     seams,
     worker_patches,
@@ -92,6 +98,116 @@ class FakeTensor:
     def __repr__(self) -> str:
         return f"FakeTensor({self.ptr:#x}, {self.shape})"
 
+    def new_empty(self, shape) -> FakeTensor:
+        return fake_empty(shape)
+
+    def copy_(self, src: FakeTensor) -> FakeTensor:
+        return self
+
+
+class FakeMemory:
+    """Device memory as the fake engine allocates it (``torch.empty``): while the region is set
+    (``region.active``) and not paused, a bump allocator in the region whose allocations and claims
+    go to the region's log (foundry_core.region.LogEntry, tagged); elsewhere otherwise (a pause's
+    pool, or no Foundry). Sizes round up to 512 bytes, as PyTorch's caching allocator rounds them."""
+
+    BASE = 0x7F00_0000_0000
+    OUTSIDE = 0x10_0000_0000
+
+    def __init__(self, region: Any = None) -> None:
+        self.region = region
+        self.cursor = 0
+        self.live: dict[int, int] = {}
+        self.log: list[LogEntry] = []
+        self.tag = ""
+        self.paused = False
+        self._outside = self.OUTSIDE
+
+    def in_region(self) -> bool:
+        return self.region is not None and self.region.active and not self.paused
+
+    def alloc(self, nbytes: int) -> int:
+        size = -(-max(nbytes, 1) // 512) * 512
+        if not self.in_region():
+            ptr, self._outside = self._outside, self._outside + size
+            return ptr
+        offset, self.cursor = self.cursor, self.cursor + size
+        self.live[offset] = size
+        self._event("alloc", offset, size)
+        return self.BASE + offset
+
+    def _event(self, kind: str, offset: int, size: int) -> None:
+        self.log.append(LogEntry(len(self.log), kind, offset, size, self.tag))
+
+    def free(self, ptr: int) -> None:
+        offset = ptr - self.BASE
+        if self.live.pop(offset, None) is not None:
+            self._event("free", offset, 0)
+
+    def claim(self, offset: int, size: int) -> bool:
+        """foundry_core.region.claim_region: False when exactly that block is live already,
+        DivergenceError when the range overlaps another live block."""
+        if self.live.get(offset) == size:
+            return False
+        for live, length in self.live.items():
+            if live < offset + size and offset < live + length:
+                raise DivergenceError(f"claim [{offset:#x}, +{size:#x}) overlaps the live block at {live:#x}")
+        self.live[offset] = size
+        self.cursor = max(self.cursor, offset + size)
+        self._event("claim", offset, size)
+        return True
+
+    def layout(self) -> tuple[int, int]:
+        return self.cursor, sum(self.live.values())
+
+    def offset(self, tensor: FakeTensor) -> int:
+        return tensor.data_ptr() - self.BASE
+
+
+def fake_empty(shape, dtype=None, device=None) -> FakeTensor:
+    """torch.empty over the fake engine's memory (``sglang.MEMORY``), two bytes an element."""
+    dims = tuple(shape) if isinstance(shape, (tuple, list)) else (int(shape),)
+    return FakeTensor(sys.modules["sglang"].MEMORY.alloc(2 * math.prod(dims)), dims)
+
+
+class RegionDevice(FakeDevice):
+    """FakeDevice whose pauses move the fake engine's allocations out of the region, with the
+    region log, tags and claims of runtime.DeviceOps over a FakeMemory (claims are logged too);
+    ``saved_logs`` are the region logs the archive's saves wrote, by rank directory."""
+
+    def __init__(self, log: list, memory: FakeMemory, saved_logs: dict | None = None, free: int = 1 << 40) -> None:
+        super().__init__(log, free=free)
+        self.memory = memory
+        self.saved_logs = saved_logs if saved_logs is not None else {}
+
+    def stop_region(self) -> None:
+        super().stop_region()
+        self.memory.paused = True
+
+    def resume_region(self) -> None:
+        super().resume_region()
+        self.memory.paused = False
+
+    def log_position(self) -> int:
+        return len(self.memory.log)
+
+    def placements_since(self, first: int) -> list[tuple[int, str, int, int]]:
+        return [(e.seq, e.kind, e.offset, e.size) for e in self.memory.log[first:] if e.kind in ("alloc", "free")]
+
+    def placement_divergence(self, saved_log: Any) -> str | None:
+        divergence = compare_placements(self.saved_logs.get(Path(saved_log).parent, []), self.memory.log)
+        return None if divergence is None else str(divergence)
+
+    def tag(self, text: str) -> None:
+        self.memory.tag = text
+
+    def claim(self, offset: int, size: int) -> None:
+        self.log.append(("claim", offset, size))
+        self.memory.claim(offset, size)
+
+    def region_layout(self) -> tuple[int, int]:
+        return self.memory.layout()
+
 
 FAKE_SOURCES = {
     "sglang.srt.plugins": """
@@ -123,7 +239,8 @@ FAKE_SOURCES = {
         @dataclasses.dataclass
         class CudaGraphConfig:
             decode: PhaseConfig = dataclasses.field(default_factory=lambda: PhaseConfig(Backend.FULL, 8, [1, 2, 4, 8]))
-            prefill: PhaseConfig = dataclasses.field(default_factory=lambda: PhaseConfig(Backend.BREAKABLE))
+            prefill: PhaseConfig = dataclasses.field(default_factory=lambda: PhaseConfig(Backend.BREAKABLE, None,
+                                                                                          [16, 32]))
     """,
     "sglang.srt.server_args": """
         import dataclasses
@@ -160,8 +277,11 @@ FAKE_SOURCES = {
             enable_return_hidden_states: bool = False
             disaggregation_mode: str = "null"
             disable_prefill_cuda_graph: bool = False
+            enable_cudagraph_gc: bool = False
             cuda_graph_bs_decode: Optional[List[int]] = None
             cuda_graph_backend_decode: Optional[str] = None
+            cuda_graph_bs_prefill: Optional[List[int]] = None
+            cuda_graph_backend_prefill: Optional[str] = None
             cuda_graph_config: Any = None
 
             def __post_init__(self):
@@ -172,6 +292,10 @@ FAKE_SOURCES = {
                         config.decode.bs = list(self.cuda_graph_bs_decode)
                     if self.cuda_graph_backend_decode:
                         config.decode.backend = self.cuda_graph_backend_decode
+                    if self.cuda_graph_bs_prefill:
+                        config.prefill.bs = list(self.cuda_graph_bs_prefill)
+                    if self.cuda_graph_backend_prefill:
+                        config.prefill.backend = self.cuda_graph_backend_prefill
                     if self.disable_prefill_cuda_graph:
                         config.prefill.backend = Backend.DISABLED
                     self.cuda_graph_config = config
@@ -183,6 +307,7 @@ FAKE_SOURCES = {
                 parser.add_argument("--enable-torch-compile", action="store_true")
                 parser.add_argument("--disable-prefill-cuda-graph", action="store_true")
                 parser.add_argument("--cuda-graph-bs-decode", type=int, nargs="+")
+                parser.add_argument("--cuda-graph-backend-prefill")
 
             @classmethod
             def from_cli_args(cls, args):
@@ -347,17 +472,222 @@ FAKE_SOURCES = {
                 self._graphs.clear()
                 self._outputs.clear()
     """,
-    "sglang.srt.model_executor.runner_backend.utils": """
-        from sglang.srt.model_executor.runner_backend.full_cuda_graph_backend import FullCudaGraphBackend
+    # SGLang 0.5.17's breakable CUDA graph, small: the same names, cells and call structure.
+    "sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph": """
+        import logging
+        from contextvars import ContextVar
+
+        import torch
+
+        logger = logging.getLogger(__name__)
+
+        _current_capture_var = ContextVar("current_capture", default=None)
+
+        def _copy_output(dst, src):
+            if torch.is_tensor(dst) and torch.is_tensor(src):
+                dst.copy_(src)
+                return dst
+            if isinstance(dst, (tuple, list)) and isinstance(src, (tuple, list)) and len(dst) == len(src):
+                copied = [_copy_output(d, s) for d, s in zip(dst, src)]
+                return tuple(copied) if isinstance(dst, tuple) else copied
+            return src
+
+        def eager_on_graph(enable, capture_stub=None):
+            def decorator(inner):
+                if not enable:
+                    return inner
+
+                def wrapper(*args, **kwargs):
+                    capture = _current_capture_var.get()
+                    if capture is None:
+                        return inner(*args, **kwargs)
+                    logger.debug("Break graph due to function: %s", inner.__name__)
+                    capture._end_current_segment()
+                    if capture_stub is not None:
+                        output = capture_stub(*args, **kwargs)
+                    else:
+                        output = inner(*args, **kwargs)
+                    captured_inner = inner
+                    captured_args = tuple(args)
+                    captured_kwargs = dict(kwargs)
+                    captured_output = output
+
+                    def replay_fn():
+                        new_out = captured_inner(*captured_args, **captured_kwargs)
+                        return _copy_output(captured_output, new_out)
+
+                    capture.cuda_graph._break_fns.append(replay_fn)
+                    capture._begin_new_segment()
+                    return output
+
+                return wrapper
+
+            return decorator
+
+        class BreakableCUDAGraph:
+            def __init__(self, deduped_cuda_graph=None):
+                self._segments = []
+                self._break_fns = []
+                self._deduped_cuda_graph = deduped_cuda_graph
+
+            def replay(self):
+                for i, seg in enumerate(self._segments):
+                    seg.replay()
+                    if i < len(self._break_fns):
+                        self._break_fns[i]()
+
+            def _append_segment(self, graph, needs_instantiate):
+                self._segments.append(graph)
+
+        class BreakableCUDAGraphCapture:
+            def __init__(self, cuda_graph, pool=None, stream=None, capture_error_mode="global", barrier_fn=None):
+                assert isinstance(cuda_graph, BreakableCUDAGraph), "cuda_graph must be a BreakableCUDAGraph"
+                self.cuda_graph = cuda_graph
+                self._pool = pool if pool is not None else (0, 0)
+                self._stream = stream
+                self._capture_error_mode = capture_error_mode
+                self._capture_token = None
+                self._current_graph = None
+
+            def __enter__(self):
+                self._capture_token = _current_capture_var.set(self)
+                self._begin_new_segment()
+                return self
+
+            def __exit__(self, *args):
+                try:
+                    self._end_current_segment()
+                finally:
+                    _current_capture_var.reset(self._capture_token)
+                return False
+
+            def _begin_new_segment(self):
+                graph = torch.cuda.CUDAGraph()
+                graph.capture_begin(pool=self._pool, capture_error_mode=self._capture_error_mode)
+                self._current_graph = graph
+
+            def _end_current_segment(self):
+                graph = self._current_graph
+                assert graph is not None
+                graph.capture_end()
+                self.cuda_graph._append_segment(graph, False)
+                self._current_graph = None
+
+        @eager_on_graph(True)
+        def break_graph():
+            pass
+    """,
+    "sglang.srt.model_executor.runner_backend.breakable_cuda_graph_backend": """
+        from contextlib import contextmanager
+
+        import torch
+
+        from sglang import KNOBS
+        from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph import (
+            BreakableCUDAGraph,
+            BreakableCUDAGraphCapture,
+        )
 
         class BreakableCudaGraphBackend:
-            def __init__(self, cuda_graph_runner):
+            def __init__(self, cuda_graph_runner, *, enable_memory_saver=False, debug_eager=False):
+                self._model_runner = cuda_graph_runner.model_runner
                 self._graphs = {}
+                self._outputs = {}
+                self._capture_inputs = {}
+                self._pool = None
+                self._device_module = cuda_graph_runner.device_module
+                self._capture_stream = None
+                self._shared_output_buffer = None
+
+            @contextmanager
+            def capture_session(self, stream):
+                if self._pool is None:
+                    self._pool = ("graph_pool", 1)
+                self._capture_stream = stream
+                self._shared_output_buffer = None
+                try:
+                    yield
+                finally:
+                    self._capture_stream = None
+                    if KNOBS.get("prefill_session_bytes"):  # what a release may allocate as the session ends
+                        self._session_scratch = torch.empty((KNOBS["prefill_session_bytes"] // 2,))
+
+            def capture_one(self, shape_key, forward_fn, capture_inputs=None, post_warmup_hook=None):
+                warmup_out = None
+                for _ in range(2):
+                    warmup_out = forward_fn()
+                    if post_warmup_hook is not None:
+                        post_warmup_hook()
+                graph = BreakableCUDAGraph()
+                size = shape_key.size
+                if self._shared_output_buffer is None:
+                    self._shared_output_buffer = warmup_out.new_empty((size, *warmup_out.shape[1:]))
+                with BreakableCUDAGraphCapture(cuda_graph=graph, pool=self._pool, stream=self._capture_stream):
+                    out = forward_fn()
+                    out_rows = min(size, out.shape[0])
+                    self._shared_output_buffer[:out_rows].copy_(out[:out_rows])
+                self._graphs[shape_key] = graph
+                self._outputs[shape_key] = self._shared_output_buffer[:out_rows]
+                self._capture_inputs[shape_key] = capture_inputs
+
+            def replay(self, shape_key, static_forward_batch, **kwargs):
+                self._graphs[shape_key].replay()
+                return self._outputs[shape_key]
+
+            def cleanup(self):
+                self._graphs.clear()
+                self._outputs.clear()
+                self._capture_inputs.clear()
+                self._shared_output_buffer = None
+    """,
+    "sglang.srt.model_executor.runner_backend.utils": """
+        from sglang.srt.model_executor.runner_backend.breakable_cuda_graph_backend import BreakableCudaGraphBackend
+        from sglang.srt.model_executor.runner_backend.full_cuda_graph_backend import FullCudaGraphBackend
 
         def resolve_decode_backend(cuda_graph_runner):
             if cuda_graph_runner.model_runner.server_args.cuda_graph_config.decode.backend == "breakable":
                 return BreakableCudaGraphBackend(cuda_graph_runner)
             return FullCudaGraphBackend(cuda_graph_runner)
+
+        def resolve_prefill_backend(cuda_graph_runner):
+            if cuda_graph_runner.model_runner.server_args.cuda_graph_config.prefill.backend == "full":
+                return FullCudaGraphBackend(cuda_graph_runner)
+            return BreakableCudaGraphBackend(cuda_graph_runner)
+    """,
+    "sglang.srt.model_executor.forward_context": """
+        from contextlib import contextmanager
+        from contextvars import ContextVar
+
+        _forward_batch = ContextVar("forward_batch", default=None)
+
+        @contextmanager
+        def forward_context(forward_batch):
+            token = _forward_batch.set(forward_batch)
+            try:
+                yield
+            finally:
+                _forward_batch.reset(token)
+
+        def get_forward_batch():
+            return _forward_batch.get()
+    """,
+    "sglang.srt.layers.radix_attention": """
+        import torch
+
+        from sglang import LOG
+        from sglang.srt.model_executor.forward_context import get_forward_batch
+        from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph import (
+            eager_on_graph,
+        )
+
+        def attention_with_output(query, key, value, output, save_kv_cache, layer_id):
+            # Reads the batch from the forward context; its temporaries live only during the call.
+            scratch = torch.empty(query.shape)
+            batch = get_forward_batch()
+            LOG.append(("attention", layer_id, query, key, value, output, save_kv_cache,
+                        getattr(batch, "num_tokens", None), scratch.data_ptr()))
+
+        breakable_attention = eager_on_graph(True)(attention_with_output)
     """,
     "sglang.srt.model_executor.runner.base_cuda_graph_runner": """
         import contextlib
@@ -430,30 +760,119 @@ FAKE_SOURCES = {
                 output = self.backend.replay(self._make_graph_key(bs), None)
                 return LogitsProcessorOutput(next_token_logits=output.next_token_logits[:batch_size])
     """,
+    "sglang.srt.model_executor.runner.prefill_cuda_graph_runner": """
+        import types
+
+        import torch
+
+        from sglang import KNOBS, LOG
+        from sglang.srt.model_executor.forward_context import forward_context
+        from sglang.srt.model_executor.runner.base_cuda_graph_runner import freeze_gc
+        from sglang.srt.model_executor.runner.base_runner import BaseRunner
+        from sglang.srt.model_executor.runner.shape_key import ShapeKey
+        from sglang.srt.model_executor.runner_backend.utils import resolve_prefill_backend
+
+        class PrefillCudaGraphRunner(BaseRunner):
+            def __init__(self, model_runner):
+                super().__init__(model_runner)
+                prefill_config = model_runner.server_args.cuda_graph_config.prefill
+                self.prefill_backend_name = prefill_config.backend
+                self.capture_num_tokens = sorted(prefill_config.bs)
+                self.max_num_tokens = max(self.capture_num_tokens)
+                # The static input buffer every shape slices (PrefillInputBuffers).
+                self.input_ids = torch.empty((self.max_num_tokens,))
+                self.capture_metadata = {}
+                self.backend = resolve_prefill_backend(self)
+                self.capture()
+
+            def capture(self):
+                self.warmup()
+                with freeze_gc(self.model_runner.server_args.enable_cudagraph_gc):
+                    self.stream = "prefill_capture_stream"
+                    with self.backend.capture_session(self.stream):
+                        for num_tokens in reversed(self.capture_num_tokens):
+                            self.capture_one_shape(num_tokens)
+                    if KNOBS.get("prefill_release_inputs"):  # a release that frees a buffer after its loop
+                        torch.cuda.caching_allocator_delete(self.input_ids.data_ptr())
+
+            def capture_prepare(self, num_tokens):
+                LOG.append(("prefill_prepare", num_tokens))
+                forward_batch = types.SimpleNamespace(num_tokens=num_tokens, input_ids=self.input_ids[:num_tokens])
+                return forward_batch, self.model_runner.attn_backend
+
+            def capture_one_shape(self, size):
+                num_tokens = size
+                forward_batch, attn_backend = self.capture_prepare(num_tokens)
+                # The attention metadata of this shape, made outside any graph (extend_seq_lens and the like).
+                self.capture_metadata[num_tokens] = torch.empty((num_tokens + 1 + KNOBS.get("metadata_extra", 0),))
+                shape_key = ShapeKey(size=num_tokens)
+
+                def run_once():
+                    with forward_context(forward_batch):
+                        return self.model_runner.model.forward_extend(forward_batch)
+
+                self.backend.capture_one(shape_key, run_once, capture_inputs=None, post_warmup_hook=None)
+
+            def execute(self, num_tokens):
+                size = min(n for n in self.capture_num_tokens if n >= num_tokens)
+                with forward_context(types.SimpleNamespace(num_tokens=num_tokens)):
+                    return self.backend.replay(ShapeKey(size=size), None)
+    """,
     "sglang.srt.model_executor.model_runner_components.cuda_graph_setup": """
         import types
 
         from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
         from sglang.srt.model_executor.runner.eager_runner import EagerRunner
+        from sglang.srt.model_executor.runner.prefill_cuda_graph_runner import PrefillCudaGraphRunner
+
+        def capture_prefill_graph(*, model_runner, eager_runner):
+            if model_runner.server_args.cuda_graph_config.prefill.backend != "breakable":
+                return eager_runner
+            return PrefillCudaGraphRunner(model_runner)
 
         def capture_cuda_graphs(*, model_runner, capture_decode_cuda_graph=True):
             eager_runner = EagerRunner(model_runner)
+            # Prefill before decode, as SGLang captures them.
+            prefill = capture_prefill_graph(model_runner=model_runner, eager_runner=eager_runner)
             decode = DecodeCudaGraphRunner(model_runner) if capture_decode_cuda_graph else eager_runner
-            return types.SimpleNamespace(eager_runner=eager_runner, decode=decode)
+            return types.SimpleNamespace(eager_runner=eager_runner, prefill=prefill, decode=decode)
     """,
     "sglang.srt.model_executor.model_runner": """
         import types
 
+        import torch
+
         from sglang import LOG, FakeTensor, KNOBS
         from sglang.srt.distributed import bootstrap
+        from sglang.srt.layers import radix_attention
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
         from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
         from sglang.srt.model_executor.model_runner_components.cuda_graph_setup import capture_cuda_graphs
+        from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph import (
+            eager_on_graph,
+        )
+
+        def rms_norm(hidden):
+            return hidden
 
         class FakeModel:
             def forward(self, forward_batch):
                 LOG.append(("forward", forward_batch.batch_size))
                 return LogitsProcessorOutput(next_token_logits=forward_batch.logits)
+
+            def forward_extend(self, forward_batch):
+                # The layers a prefill graph captures: two attention calls, run eagerly between segments.
+                n = forward_batch.num_tokens
+                LOG.append(("prefill_forward", n))
+                hidden = torch.empty((n, 64))
+                for layer_id in range(2):
+                    q, k, v = torch.empty((n, 64)), torch.empty((n, 8)), torch.empty((n, 8))
+                    out = torch.empty((n, 64))
+                    radix_attention.breakable_attention(q, k, v, out, True, layer_id)
+                    hidden = out
+                if KNOBS.get("local_break"):  # an eager call no module attribute holds decorated
+                    eager_on_graph(True)(rms_norm)(hidden)
+                return hidden
 
         class TritonAttnBackend:
             def init_cuda_graph_state(self, max_bs, max_num_tokens):
@@ -501,6 +920,7 @@ FAKE_SOURCES = {
             def init_cuda_graphs(self, capture_decode_cuda_graph=True):
                 capture = capture_cuda_graphs(model_runner=self, capture_decode_cuda_graph=capture_decode_cuda_graph)
                 self.eager_runner = capture.eager_runner
+                self.prefill_cuda_graph_runner = capture.prefill
                 self.decode_cuda_graph_runner = capture.decode
 
         def start_scheduler(server_args):
@@ -561,6 +981,12 @@ class FakeCUDAGraph:
     def reset(self):
         self.resets += 1
 
+    def capture_begin(self, pool=None, capture_error_mode="global"):
+        sys.modules["sglang"].LOG.append(("segment_begin", type(self).__name__))
+
+    def capture_end(self):
+        sys.modules["sglang"].LOG.append(("segment_end", type(self).__name__))
+
 
 class KeepGraph(FakeCUDAGraph):
     """foundry_core.cuda_graph.CUDAGraph: keeps its CUgraph."""
@@ -582,9 +1008,14 @@ class FakeGraphContext:
         return False
 
 
+BLAS_WORKSPACE = 1 << 20
+
+
 def fake_blas_handle():
-    """torch.cuda.current_blas_handle: logs that PyTorch made the current stream's cuBLAS workspace."""
+    """torch.cuda.current_blas_handle: logs that PyTorch made the current stream's cuBLAS workspace
+    (and allocates it: each capture loop runs on a stream of its own)."""
     sys.modules["sglang"].LOG.append("blas_handle")
+    sys.modules["sglang"].MEMORY.alloc(BLAS_WORKSPACE)
     return 1
 
 
@@ -592,6 +1023,9 @@ def fake_blas_handle():
 def fake_torch(monkeypatch):
     torch = install_fake_torch(monkeypatch, FakeCUDAGraph, FakeGraphContext, KeepGraph)
     torch.cuda.current_blas_handle = fake_blas_handle
+    torch.empty = fake_empty
+    torch.cuda.caching_allocator_delete = lambda ptr: sys.modules["sglang"].MEMORY.free(ptr)
+    torch.is_tensor = lambda obj: isinstance(obj, FakeTensor)
     return torch
 
 
@@ -609,6 +1043,7 @@ def fake_sglang(monkeypatch, fake_torch):
     root.KNOBS = {"free_bytes": 64 << 20, "bytes_per_token": 16 << 10, "metadata_ptr": 0x5000,  # type: ignore
                   "logits_ptr": 0x9000, "hf_config": dict(HF_CONFIG)}
     root.__version__ = "0.5.17"  # type: ignore[attr-defined]
+    root.MEMORY = FakeMemory()  # type: ignore[attr-defined]  # no region: what the scheduler fixture sets
     mods = exec_fake_modules(monkeypatch, FAKE_SOURCES)
     mods["LOG"], mods["KNOBS"] = root.LOG, root.KNOBS  # type: ignore[attr-defined]
     monkeypatch.setattr(patching, "sglang_version", lambda: "0.0.fake")
@@ -794,9 +1229,11 @@ def test_cli_load_without_archive_is_an_error(fake_sglang, activations):
 def test_cli_refuses_unsupported_settings_in_the_main_process(fake_sglang, activations, tmp_path):
     cli.install(strict=True)
     with pytest.raises(modes.UnsupportedConfigError) as err:
-        _parse(fake_sglang, ["--tp-size", "2", "--enable-torch-compile", "--foundry-archive", str(tmp_path)])
+        _parse(fake_sglang, ["--tp-size", "2", "--enable-torch-compile", "--cuda-graph-backend-prefill", "full",
+                             "--foundry-archive", str(tmp_path)])
     text = str(err.value)
     assert "tp_size=2" in text and "--enable-torch-compile" in text and modes.PREFILL_FLAG in text
+    assert "prefill CUDA-graph backend 'full' is not supported" in text
     assert "--foundry-mode off" in text and not activations  # refused before the children's environment
 
 
@@ -820,23 +1257,30 @@ def _server_args(fake_sglang, **fields):
 def test_modes_accept_the_supported_configuration(fake_sglang):
     assert modes.unsupported_settings(_server_args(fake_sglang), environ={}) == []
     assert modes.graph_backends(_server_args(fake_sglang)) == ("full", "disabled")
+    # SGLang's default prefill graphs (the breakable backend) are supported too.
+    default_prefill = _server_args(fake_sglang, disable_prefill_cuda_graph=False)
+    assert modes.unsupported_settings(default_prefill, environ={}) == []
+    assert modes.graph_backends(default_prefill) == ("full", "breakable")
 
 
 def test_modes_list_every_problem_at_once(fake_sglang):
     sa = _server_args(fake_sglang, disable_prefill_cuda_graph=False, tp_size=2, dp_size=2, enable_torch_compile=True,
                       enable_memory_saver=True, speculative_algorithm="EAGLE", enable_lora=True, enable_symm_mem=True,
                       enable_return_hidden_states=True, disaggregation_mode="decode",
-                      cuda_graph_backend_decode="breakable")
+                      cuda_graph_backend_decode="breakable", cuda_graph_backend_prefill="tc_piecewise")
     problems = modes.unsupported_settings(sa, environ={"SGLANG_ENABLE_POST_CAPTURE_KV_SIZING": "true",
+                                                       "SGLANG_ENABLE_CUDA_GRAPH_DEDUP": "1",
                                                        "SGLANG_MOONCAKE_CUSTOM_MEM_POOL": "NVLINK"})
     text = "\n".join(problems)
-    for needle in ("prefill CUDA graphs ('breakable' backend)", "--disable-prefill-cuda-graph", "'breakable' is not "
-                   "supported", "tp_size=2", "dp_size=2", "--enable-torch-compile", "--enable-memory-saver",
+    for needle in ("prefill CUDA-graph backend 'tc_piecewise' is not supported: torch.compile pieces",
+                   "--disable-prefill-cuda-graph", "decode CUDA-graph backend 'breakable' is not supported",
+                   "tp_size=2", "dp_size=2", "--enable-torch-compile", "--enable-memory-saver",
                    "--speculative-algorithm EAGLE", "--enable-lora", "--enable-symm-mem",
                    "--enable-return-hidden-states", "--disaggregation-mode decode",
-                   "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=true", "SGLANG_MOONCAKE_CUSTOM_MEM_POOL"):
+                   "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=true", "SGLANG_ENABLE_CUDA_GRAPH_DEDUP=1",
+                   "SGLANG_MOONCAKE_CUSTOM_MEM_POOL"):
         assert needle in text, needle
-    assert len(problems) == 13
+    assert len(problems) == 14
     with pytest.raises(modes.UnsupportedConfigError, match="Or start SGLang with --foundry-mode off"):
         modes.check_supported(sa, environ={})
 
@@ -849,8 +1293,17 @@ def test_modes_read_the_raw_flags_of_an_unresolved_config():
     disabled = types.SimpleNamespace(cuda_graph_config={"decode": {"backend": "disabled"},
                                                         "prefill": {"backend": "disabled"}})
     assert any("nothing to save" in p for p in modes.unsupported_settings(disabled, environ={}))
-    default_prefill = types.SimpleNamespace(cuda_graph_config=None)
-    assert any("(the default backend)" in p for p in modes.unsupported_settings(default_prefill, environ={}))
+    default_prefill = types.SimpleNamespace(cuda_graph_config=None)  # SGLang's default: breakable, supported
+    assert modes.graph_backends(default_prefill) == (None, None)
+    assert modes.unsupported_settings(default_prefill, environ={}) == []
+    for backend in ("breakable", "disabled"):
+        raw = types.SimpleNamespace(cuda_graph_config=None, cuda_graph_backend_prefill=backend)
+        assert modes.unsupported_settings(raw, environ={}) == [], backend
+    for backend, why in (("full", "monolithic graph"), ("tc_piecewise", "torch.compile pieces")):
+        raw = types.SimpleNamespace(cuda_graph_config=None, cuda_graph_backend_prefill=backend)
+        (problem,) = modes.unsupported_settings(raw, environ={})
+        assert f"prefill CUDA-graph backend {backend!r} is not supported" in problem and why in problem
+        assert modes.PREFILL_FLAG in problem
 
 
 # ---- adapter -----------------------------------------------------------------------------------
@@ -991,8 +1444,9 @@ def test_graph_names_and_addresses(fake_sglang):
 
 def test_other_decode_backends_are_refused(fake_sglang):
     utils = fake_sglang["sglang.srt.model_executor.runner_backend.utils"]
+    runner = types.SimpleNamespace(model_runner=None, device_module=None)
     with pytest.raises(modes.UnsupportedConfigError, match="BreakableCudaGraphBackend is not supported"):
-        capture_patches.check_backend(utils.BreakableCudaGraphBackend(None))
+        capture_patches.check_backend(utils.BreakableCudaGraphBackend(runner))
 
 
 def test_options_are_validated(monkeypatch):
@@ -1047,6 +1501,12 @@ class ArchiveIO(PluginArchiveIO):
     def __init__(self):
         super().__init__(KeepGraph, FakeRestored, lambda t: FakeTensor(t.ptr, t.shape))
         self.images_ahead = self.images_loaded  # directories whose images a thread loaded ahead
+        self.logs: dict[Path, list[LogEntry]] = {}  # the region log each save wrote (alloc_log.json)
+
+    def save_graphs(self, directory, graphs, fingerprint=None):
+        report = super().save_graphs(directory, graphs, fingerprint)
+        self.logs[Path(directory)] = list(sys.modules["sglang"].MEMORY.log)
+        return report
 
     def load_images(self, directory, lazy=False):
         assert threading.current_thread().name == "foundry-images-ahead"
@@ -1060,6 +1520,7 @@ class Run:
     runner: Any
     dev: list
     region: FakeRuntime
+    memory: FakeMemory
 
     def steps(self) -> list[str]:
         return [e for e in self.log if isinstance(e, str)]
@@ -1070,8 +1531,10 @@ class Run:
 
 @pytest.fixture
 def scheduler(fake_sglang, monkeypatch, tmp_path):
-    """Installs the worker and capture seams over the fake SGLang and returns a helper that runs one
-    scheduler start-up (``start(mode, **server_args)``) under a real EngineSession."""
+    """Installs the worker, capture and prefill seams over the fake SGLang and returns a helper that
+    runs one scheduler start-up (``start(mode, **server_args)``) under a real EngineSession, on a
+    fresh FakeMemory (``Run.memory``). ``_server_args`` turns prefill graphs off unless a test asks
+    for them (``disable_prefill_cuda_graph=False``)."""
     import foundry_core.graphs
     import foundry_core.images
 
@@ -1085,6 +1548,7 @@ def scheduler(fake_sglang, monkeypatch, tmp_path):
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(archive))
     worker_patches.install()
     capture_patches.install()
+    prefill_patches.install()
     model_runner = fake_sglang["sglang.srt.model_executor.model_runner"]
     log, knobs = fake_sglang["LOG"], fake_sglang["KNOBS"]
 
@@ -1093,11 +1557,14 @@ def scheduler(fake_sglang, monkeypatch, tmp_path):
         monkeypatch.setenv("FOUNDRY_MODE", mode)
         dev_log: list = []
         region = FakeRuntime()
-        monkeypatch.setattr(runtime, "DeviceOps", lambda: FakeDevice(dev_log, free=knobs.get("gpu_free", 1 << 40)))
+        memory = FakeMemory(region)  # a fresh process's device memory
+        monkeypatch.setattr(sys.modules["sglang"], "MEMORY", memory)
+        monkeypatch.setattr(runtime, "DeviceOps",
+                            lambda: RegionDevice(dev_log, memory, io.logs, free=knobs.get("gpu_free", 1 << 40)))
         monkeypatch.setattr(runtime, "region_runtime", lambda: region)
         runtime.reset()
         runner = model_runner.start_scheduler(_server_args(fake_sglang, **fields))
-        return Run(list(log), runtime.current(), runner, dev_log, region)
+        return Run(list(log), runtime.current(), runner, dev_log, region, memory)
 
     start.io = io  # type: ignore[attr-defined]
     start.archive = archive  # type: ignore[attr-defined]
@@ -1255,8 +1722,10 @@ def test_load_falls_back_when_the_gpu_lacks_the_kv_memory(scheduler):
 
 def test_unsupported_configuration_is_refused_before_nccl(scheduler):
     with pytest.raises(modes.UnsupportedConfigError) as err:
-        scheduler("save", disable_prefill_cuda_graph=False, enable_torch_compile=True)
-    assert modes.PREFILL_FLAG in str(err.value) and "--enable-torch-compile" in str(err.value)
+        scheduler("save", disable_prefill_cuda_graph=False, cuda_graph_backend_prefill="full",
+                  enable_torch_compile=True)
+    assert "prefill CUDA-graph backend 'full'" in str(err.value) and modes.PREFILL_FLAG in str(err.value)
+    assert "--enable-torch-compile" in str(err.value)
     assert "nccl" not in run_log(scheduler) and runtime.current() is None
 
 
