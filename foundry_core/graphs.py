@@ -443,7 +443,7 @@ class GraphArchive(Sequence):
 MAX_LOG_BYTES = 1 << 30
 
 
-def _read_saved_log(path: Path) -> list[LogEntry]:
+def read_saved_log(path: Path) -> list[LogEntry]:
     rows = parse_json(read_archive_file(path, "allocation log", MAX_LOG_BYTES), str(path), "allocation log")
     if not isinstance(rows, list):
         raise FormatError(f"{path}: not an allocation log")
@@ -461,7 +461,7 @@ def check_allocations(directory: Path, manifest: dict) -> None:
     (FOUNDRY_STRICT=1) it raises DivergenceError; otherwise it logs a warning.
     """
     log_path = directory / manifest.get("log", LOG_NAME)
-    divergence = compare_placements(_read_saved_log(log_path), allocation_log())
+    divergence = compare_placements(read_saved_log(log_path), allocation_log())
     if divergence is None:
         return
     message = f"{divergence}: the buffers of this process are not where SAVE put them"

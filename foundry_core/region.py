@@ -175,13 +175,20 @@ def set_allocation_tag(tag: str) -> None:
     _native.call("foundry_region_set_tag", tag.encode(), None)
 
 
-def allocation_log() -> list[LogEntry]:
-    """Every region event since the region was set, in order."""
+def allocation_log_size() -> int:
+    """How many region events the log holds (the next event's position)."""
     count = ctypes.c_uint64()
     _native.call("foundry_region_log_size", ctypes.byref(count))
-    raw = (_native.LogEntry * max(count.value, 1))()
+    return count.value
+
+
+def allocation_log(first: int = 0) -> list[LogEntry]:
+    """Every region event since the region was set, in order; from position ``first`` on when
+    given (:func:`allocation_log_size` before a step, then this after it: the step's events)."""
+    count = max(allocation_log_size() - first, 0)
+    raw = (_native.LogEntry * max(count, 1))()
     written = ctypes.c_uint64()
-    _native.call("foundry_region_log_read", 0, raw, count.value, ctypes.byref(written))
+    _native.call("foundry_region_log_read", first, raw, count, ctypes.byref(written))
     tags: dict[int, str] = {}
     out = []
     for e in raw[: written.value]:
@@ -213,13 +220,24 @@ PLACEMENT_KINDS = frozenset({"alloc", "reserve", "outside", "seal"})
 def compare_placements(saved: list[LogEntry], current: list[LogEntry]) -> Divergence | None:
     """The first placement (allocation, reservation, seal) of ``current`` that differs from the
     placement at the same position in ``saved``; None when ``current``'s placements are a prefix of
-    ``saved``'s. A LOAD process places its buffers (weights, inputs, caches) as SAVE did, then stops."""
+    ``saved``'s. A LOAD process places its buffers (weights, inputs, caches) as SAVE did, then stops.
+
+    A claim in ``current`` of exactly the block SAVE allocated at that position stands for that
+    allocation (a restore that places SAVE's memory without redoing the work that allocated it,
+    :func:`claim_region`); other claims (a restore's graph memory) are not placements."""
     exp = [e for e in saved if e.kind in PLACEMENT_KINDS]
-    act = [e for e in current if e.kind in PLACEMENT_KINDS]
-    for i, a in enumerate(act):
+    i = 0
+    for a in current:
         e = exp[i] if i < len(exp) else None
+        if a.kind == "claim":
+            if e is not None and e.kind == "alloc" and (e.offset, e.size) == (a.offset, a.size):
+                i += 1
+            continue
+        if a.kind not in PLACEMENT_KINDS:
+            continue
         if e is None or not e.same_event(a):
             return Divergence(a.seq, e, a)
+        i += 1
     return None
 
 
@@ -249,6 +267,16 @@ def allocation_divergence() -> Divergence | None:
         return LogEntry(e.seq, LOG_KINDS[e.kind] if e.kind < len(LOG_KINDS) else "?", e.offset, e.size)
 
     return Divergence(act.seq, entry(exp), entry(act))
+
+
+def claim_region(offset: int, size: int) -> bool:
+    """Marks ``[offset, offset+size)`` of the region live and maps it, as an allocation placed
+    there would be (a restore claims the memory its graphs reference this way). Returns False when
+    exactly that block is live already; raises DivergenceError when the range overlaps another
+    live block (the memory layout differs from the recorded one)."""
+    mapped = ctypes.c_int()
+    _native.call("foundry_region_claim", offset, size, ctypes.byref(mapped))
+    return bool(mapped.value)
 
 
 def require_region() -> RegionInfo:

@@ -96,10 +96,10 @@ def _unexpected_files(directory: Path, expected: set[str]) -> list[str]:
 
 def _log_problems(path: Path) -> list[str]:
     """LOAD compares placements with the log: one it cannot read would stop it."""
-    from foundry_core.graphs import _read_saved_log
+    from foundry_core.graphs import read_saved_log
 
     try:
-        _read_saved_log(path)
+        read_saved_log(path)
     except FoundryError as exc:
         return [str(exc)]
     return []

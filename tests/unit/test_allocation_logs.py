@@ -42,3 +42,22 @@ def test_compare_logs_reports_the_first_difference_of_any_event():
     d = compare_logs(SAVED, other)
     assert d is not None and d.seq == 3
     assert compare_logs(SAVED, SAVED[:3]) is None
+
+
+def test_a_claim_of_the_block_save_allocated_there_stands_for_that_allocation():
+    # LOAD claims SAVE's graph pool (placed by a capture it does not redo), then places more.
+    saved = SAVED + [LogEntry(5, "alloc", 0x1a00000, 2 << 20, "decode inputs")]
+    current = [SAVED[0], SAVED[1], SAVED[2], SAVED[3], LogEntry(4, "claim", 0x1600000, 4 << 20),
+               LogEntry(5, "alloc", 0x1a00000, 2 << 20)]
+    assert compare_placements(saved, current) is None
+
+
+def test_other_claims_are_not_placements_but_a_buffer_after_them_must_still_agree():
+    saved = SAVED + [LogEntry(5, "alloc", 0x1a00000, 2 << 20, "decode inputs")]
+    # A claim of another block than SAVE's at that position (a restore's graph memory) is skipped...
+    current = [SAVED[0], LogEntry(1, "claim", 0x4000000, 2 << 20), LogEntry(2, "alloc", 0x200000, 20 << 20)]
+    assert compare_placements(saved, current) is None
+    # ...and does not excuse a buffer placed elsewhere.
+    current = [*SAVED[:4], LogEntry(4, "claim", 0x1600000, 2 << 20), LogEntry(5, "alloc", 0x1a00000, 2 << 20)]
+    d = compare_placements(saved, current)
+    assert d is not None and d.seq == 5 and d.expected.offset == 0x1600000
