@@ -68,8 +68,9 @@ SEAMS: tuple[Seam, ...] = (
     Seam("config.cudagraph_mode", "vllm.config.compilation", "CUDAGraphMode", "enum",
          members=("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"),
          purpose="the supported-mode check (FULL_AND_PIECEWISE, FULL_DECODE_ONLY)"),
+    # vLLM 0.34.0 no longer defines it: read with getattr (absent: the V1 runner's checks apply).
     Seam("config.use_v2", "vllm.config.vllm", "VllmConfig.use_v2_model_runner", "property",
-         params=("self",), purpose="V2 model runner check"),
+         params=("self",), required=False, purpose="V2 model runner check"),
     Seam("config.model_hash", "vllm.config.model", "ModelConfig.compute_hash", "method",
          params=("self",), required=False,
          purpose="part of the model identity (vLLM's own graph-shaping factors); optional: read with getattr"),
