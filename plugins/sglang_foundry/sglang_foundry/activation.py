@@ -18,7 +18,7 @@ from foundry_core.engine import Settings, prepare_child_environment
 from foundry_core.engine.environment import plugin_child_environment
 from foundry_core.engine.registration import PluginRegistration
 
-from sglang_foundry import capture_patches, fork_patches, modes, worker_patches
+from sglang_foundry import capture_patches, fork_patches, modes, prefill_patches, worker_patches
 
 logger = logging.getLogger("foundry.sglang")
 
@@ -59,6 +59,7 @@ def _install_seams_here() -> None:
     if hosts_scheduler():
         worker_patches.install()
         capture_patches.install()
+        prefill_patches.install()
     elif multiprocessing.parent_process() is None:
         fork_patches.install()  # the main process: its children forked from the fork server
 

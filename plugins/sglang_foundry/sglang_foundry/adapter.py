@@ -11,7 +11,8 @@ a fake). What goes where:
 - model identity (hashed): model path, revision, dtype, quantization, context length, load format,
   model implementation, JSON overrides, architectures, and a hash of the Hugging Face config SGLang
   loaded (SGLang computes no model-config hash of its own);
-- graph knobs (one fingerprint field each, so a mismatch names the setting): CUDA-graph config,
+- graph knobs (one fingerprint field each, so a mismatch names the setting): CUDA-graph config
+  and, on its own, the prefill CUDA-graph backend (``disabled`` when off),
   attention and sampling backends, KV dtype, page size, the KV sizing inputs (memory fraction, max
   total tokens), scheduler limits that size the persistent buffers (max running requests, chunked
   prefill size), kernel switches, the environment variables that change kernels, and how SAVE ran
@@ -33,7 +34,7 @@ from foundry_core.engine import EngineAdapter, config_hash, values
 from foundry_core.errors import InvalidArgumentError
 
 from sglang_foundry import options
-from sglang_foundry.modes import setting
+from sglang_foundry.modes import PREFILL_BACKEND, graph_backends, setting
 
 logger = logging.getLogger("foundry.sglang")
 
@@ -139,6 +140,8 @@ class SglangAdapter(EngineAdapter):
         sa = self.server_args
         knobs: dict[str, Any] = {name: plain(getattr(sa, name, None)) for name in KNOB_FIELDS}
         knobs["cuda_graph_config"] = plain(getattr(sa, "cuda_graph_config", None))
+        # Its own field, so that an archive saved with prefill graphs off (or on) names it at LOAD.
+        knobs["prefill_cuda_graph"] = graph_backends(sa)[1] or PREFILL_BACKEND
         knobs["warmup_forwards"] = options.warmup_forwards(self._environ)
         env = {k: self._environ[k] for k in GRAPH_ENV if k in self._environ}
         if env:

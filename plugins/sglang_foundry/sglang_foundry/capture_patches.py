@@ -52,7 +52,8 @@ from sglang_foundry.runtime import Phase
 
 logger = logging.getLogger("foundry.sglang")
 
-_FALLBACK = object()
+FALLBACK = object()  # what a restore returns when SGLang must capture after all
+PREFILL_PREFIX = "bcg:"  # the archive's prefill graphs (prefill_patches), which the decode checks skip
 
 __all__ = ["MAX_DEPTH", "CaptureLoop", "PendingGraph", "RestoredDecodeGraph", "WRAPPERS", "address_mismatch",
            "check_backend", "create_blas_workspace", "driven", "expected_names", "graph_name", "install",
@@ -196,6 +197,8 @@ def check_backend(backend: Any) -> None:
 
 def _capture_and_save(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., Any],
                       args: tuple, kwargs: dict) -> Any:
+    if rt.prefill_problem is not None:  # logged where it was found: the prefill graphs would be missing
+        return original(runner, *args, **kwargs)
     loop = CaptureLoop(runner)
     rt.loop = loop
     # LOAD's load_graphs() empties PyTorch's cache where this loop starts: the same here.
@@ -217,16 +220,20 @@ def _capture_and_save(rt: runtime.SchedulerRuntime, runner: Any, original: Calla
         graphs[name] = (graph, tensors)
     rt.adapter.state.update(graphs=list(graphs), outputs=layouts,
                             capture_bs=[int(bs) for bs in getattr(runner, "capture_bs", [])])
+    prefill = rt.prefill  # the prefill loop's graphs (prefill_patches.PrefillSave): one archive holds both
+    if prefill is not None:
+        rt.adapter.state["prefill"] = prefill.state
+        graphs.update(prefill.graphs)
     if options.check_metadata() and loop.observed:
         rt.adapter.state["attention_addresses"] = loop.observed
     start = time.perf_counter()
     report = rt.session.save(graphs)
     rt.saved = report is not None
     if rt.saved:
-        logger.info("foundry: captured %d decode graphs in %.2f s, saved %d graphs to %s in %.2f s", len(graphs),
+        logger.info("foundry: captured %d decode graphs in %.2f s, saved %d graphs to %s in %.2f s", len(layouts),
                     captured, len(graphs), rt.session.rank_dir, time.perf_counter() - start)
     else:
-        logger.info("foundry: captured %d decode graphs in %.2f s; the archive was not saved", len(graphs), captured)
+        logger.info("foundry: captured %d decode graphs in %.2f s; the archive was not saved", len(layouts), captured)
     return result
 
 
@@ -240,10 +247,11 @@ def _plan_problem(runner: Any, recorded: Mapping[str, Any], by_name: Mapping[str
     if isinstance(saved_bs, list) and saved_bs != now_bs:
         return f"SGLang captures batch sizes {now_bs}, the archive was saved with {saved_bs}"
     expected = expected_names(runner)
-    if expected is not None and set(expected) != set(by_name):
-        missing = sorted(set(expected) - set(by_name))
-        extra = sorted(set(by_name) - set(expected))
-        return (f"SGLang wants {len(expected)} decode graphs, the archive holds {len(by_name)} (missing {missing[:3]}, "
+    decode = {name for name in by_name if not name.startswith(PREFILL_PREFIX)}
+    if expected is not None and set(expected) != decode:
+        missing = sorted(set(expected) - decode)
+        extra = sorted(decode - set(expected))
+        return (f"SGLang wants {len(expected)} decode graphs, the archive holds {len(decode)} (missing {missing[:3]}, "
                 f"unexpected {extra[:3]})")
     return None
 
@@ -280,11 +288,12 @@ def _no_gc(enable_cudagraph_gc: bool) -> contextlib.AbstractContextManager[None]
 
 
 @contextlib.contextmanager
-def loop_without_gc() -> Iterator[None]:
+def loop_without_gc(seam_name: str = "cg.freeze_gc") -> Iterator[None]:
     """LOAD: SGLang's capture loop starts and ends with a full garbage collection (``freeze_gc``),
     which helps a real capture and costs a large heap's walk twice; with no forward and no
-    capture in the loop it is skipped. A no-op where the decode runner has no ``freeze_gc``."""
-    module = sys.modules.get(seams.seam("cg.freeze_gc").module)
+    capture in the loop it is skipped. ``seam_name`` names the runner module's ``freeze_gc``
+    (decode by default); a no-op where that module has none."""
+    module = sys.modules.get(seams.seam(seam_name).module)
     if module is None or not callable(getattr(module, "freeze_gc", None)):
         yield
         return
@@ -298,13 +307,13 @@ def _restore(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., 
     instantiate, threads = options.instantiate_mode()
     loaded_archive = rt.load_archive(instantiate, threads)
     if loaded_archive is None:
-        return _FALLBACK
+        return FALLBACK
     archive, loaded = loaded_archive
     by_name = {g.name: g for g in archive}
     problem = _plan_problem(runner, recorded, by_name)
     if problem is not None:
         rt.fall_back(MismatchError(problem))
-        return _FALLBACK
+        return FALLBACK
 
     loop = CaptureLoop(runner)
     rt.loop = loop
@@ -322,20 +331,28 @@ def _restore(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., 
             restored = _restored_outputs(keys, recorded, by_name, archive)
         except MismatchError as exc:
             problem = str(exc)
+    prefill = 0
+    if problem is None and rt.prefill is not None:  # the prefill loop's placeholders (prefill_patches)
+        try:
+            prefill = rt.prefill.install(archive, by_name)
+        except MismatchError as exc:
+            problem = str(exc)
     if problem is not None:
         backend._graphs.clear()
         backend._outputs.clear()
         rt.fall_back(MismatchError(f"restored graphs cannot be used: {problem}"))
-        return _FALLBACK
+        return FALLBACK
+    rt.prefill = None
 
     for key in keys:
         backend._graphs[key] = RestoredDecodeGraph(by_name[graph_name(key)])
         backend._outputs[key] = restored[key]
     backend._foundry_archive = archive  # SGLang keeps only the graph table; keep the outputs' owner too
-    rt.restored = len(keys)
-    logger.info("foundry: restored %d decode graphs in %.2f s (instantiate=%s; %s) instead of capturing; SGLang's "
+    rt.restored = len(keys) + prefill
+    shown = f" and {prefill} prefill graphs" if prefill else ""
+    logger.info("foundry: restored %d decode graphs%s in %.2f s (instantiate=%s; %s) instead of capturing; SGLang's "
                 "per-shape loop without forwards took %.2f s, installing the graphs and outputs %.2f s", len(keys),
-                loaded, instantiate, archive.times.breakdown(), loop_s, time.perf_counter() - start)
+                shown, loaded, instantiate, archive.times.breakdown(), loop_s, time.perf_counter() - start)
     return result
 
 
@@ -392,8 +409,9 @@ def wrap_decode_capture(original: Callable[..., Any]) -> Callable[..., Any]:
         try:
             if rt.mode is Mode.LOAD:
                 result = _restore(rt, self, original, args, kwargs)
-                if result is not _FALLBACK:
+                if result is not FALLBACK:
                     return result
+                _prefill_fell_back(rt)
             if rt.mode is Mode.SAVE:
                 return _capture_and_save(rt, self, original, args, kwargs)
             return original(self, *args, **kwargs)
@@ -401,6 +419,19 @@ def wrap_decode_capture(original: Callable[..., Any]) -> Callable[..., Any]:
             rt.loop = None
 
     return capture
+
+
+def _prefill_fell_back(rt: runtime.SchedulerRuntime) -> None:
+    """The decode restore fell back after the prefill loop stood in for a capture: SGLang captures
+    the prefill graphs now. That loop placed SAVE's memory as a LOAD does, so no archive is
+    written in this start (the next SAVE writes one)."""
+    pending, rt.prefill = rt.prefill, None
+    if pending is None:
+        return
+    pending.recapture()
+    rt.prefill_problem = "the prefill graphs were placed for a restore that fell back"
+    logger.warning("foundry: no archive is written in this start (%s); start once with --foundry-mode save to "
+                   "write a new one", rt.prefill_problem)
 
 
 def wrap_init_cuda_graphs(original: Callable[..., Any]) -> Callable[..., Any]:

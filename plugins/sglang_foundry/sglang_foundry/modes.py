@@ -2,14 +2,16 @@
 
 Supported in this version: one GPU (tensor, pipeline, data, expert, attention-context and
 decode-context parallel size 1, one node), the decode CUDA graphs of the ``full`` backend
-(one torch CUDA graph per batch size), prefill graphs disabled, no torch.compile, no speculative
+(one torch CUDA graph per batch size), the prefill CUDA graphs of the ``breakable`` backend
+(SGLang's CUDA default: segments between eager attention calls) or none, no torch.compile, no speculative
 decoding, no LoRA, no memory saver, no symmetric memory, no batch overlap or PD multiplexing, no
 hidden-state outputs, no PD disaggregation, no post-capture KV resizing.
 
 Why each refusal (SGLang 0.5.17 source):
 
-- prefill graphs (``breakable``, the CUDA default, ``tc_piecewise``, ``full``): a second runner
-  with its own capture path the plugin does not save; pass ``--disable-prefill-cuda-graph``;
+- prefill backends ``full`` (a monolithic graph per token count, with request-slot and
+  chunked-prefix variants) and ``tc_piecewise`` (torch.compile pieces): capture paths the plugin
+  does not save; ``SGLANG_ENABLE_CUDA_GRAPH_DEDUP``: one executable shared by several segments;
 - decode backend other than ``full``: ``breakable`` captures through another backend class;
   ``disabled`` captures nothing, so there is nothing to save or restore;
 - torch.compile: Inductor compiles and autotunes inside the capture warmups, which LOAD skips;
@@ -44,6 +46,13 @@ from foundry_core.errors import UnsupportedError
 OFF_HINT = "start SGLang with --foundry-mode off (or FOUNDRY_MODE=off) to run it without Foundry"
 PREFILL_FLAG = "--disable-prefill-cuda-graph"
 DECODE_BACKEND = "full"
+PREFILL_BACKEND = "breakable"
+# Why each other prefill backend SGLang 0.5.17 offers is refused.
+PREFILL_REFUSED = {
+    "full": "one monolithic graph per token count with its own request-slot and chunked-prefix variants, which "
+            "this version does not save",
+    "tc_piecewise": "torch.compile pieces, compiled inside the capture warmups LOAD skips",
+}
 DISABLED = "disabled"
 _TRUE = ("1", "true", "yes", "y")
 
@@ -71,6 +80,7 @@ _ENV_MUST_BE_OFF = (
     ("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING", "it resizes the KV pool after capture"),
     ("SGLANG_ENABLE_GRAPH_POOL_PRECARVE", "it sizes the graph pool from the warmups LOAD skips"),
     ("SGLANG_ENABLE_GRAPH_POOL_BORROW", "other users write into free graph-pool blocks"),
+    ("SGLANG_ENABLE_CUDA_GRAPH_DEDUP", "it shares one executable among the prefill graphs' segments"),
 )
 
 
@@ -122,9 +132,10 @@ def _graph_problems(server_args: Any) -> list[str]:
     elif decode not in (None, DECODE_BACKEND):
         problems.append(f"the decode CUDA-graph backend {decode!r} is not supported (supported: {DECODE_BACKEND!r}; "
                         "pass --cuda-graph-backend-decode full)")
-    if prefill != DISABLED:
-        shown = "the default" if prefill is None else repr(prefill)
-        problems.append(f"prefill CUDA graphs ({shown} backend) are not supported; pass {PREFILL_FLAG}")
+    if prefill not in (None, DISABLED, PREFILL_BACKEND):
+        why = PREFILL_REFUSED.get(prefill, "it is not one this version restores")
+        problems.append(f"the prefill CUDA-graph backend {prefill!r} is not supported: {why} (supported: "
+                        f"{PREFILL_BACKEND!r}, SGLang's default, or {PREFILL_FLAG})")
     return problems
 
 

@@ -6,11 +6,12 @@ process-global: ``start()`` creates it at the NCCL seam (``bootstrap._init_paral
 ``current()`` returns it to the later seams.
 
 Phases: INIT (NCCL, weights, KV sizing and pools, attention backends) -> CAPTURE (inside
-``ModelRunner.init_cuda_graphs``: eager runner and its kernel warmup, decode capture) -> SERVING.
+``ModelRunner.init_cuda_graphs``: eager runner and its kernel warmup, prefill capture, decode
+capture) -> SERVING.
 The region is open from ``session.begin()`` until the capture phase ends.
 
 **Pauses.** SAVE runs the work LOAD skips (KV profiling, the kernel warmup, the capture warmup
-forwards) *paused*, outside the region; LOAD makes the same cache flushes with nothing in between
+forwards, the eager calls between prefill graph segments) *paused*, outside the region; LOAD makes the same cache flushes with nothing in between
 (``skipped``). The pause machinery, ``timed`` and the life cycle (begin, boundary, fall_back,
 finish) are engine-agnostic: :mod:`foundry_core.engine.worker`; this module adds SGLang's phases
 and names.
@@ -42,9 +43,52 @@ class Phase(enum.Enum):
 
 
 class DeviceOps(worker.DeviceOps):
-    """The device operations the runtime needs (torch and libfoundry.so); a fake in unit tests."""
+    """The device operations the runtime needs (torch and libfoundry.so); a fake in unit tests.
+    The region's log and claims serve the prefill loop (:mod:`sglang_foundry.prefill_patches`)."""
 
     logger: ClassVar[logging.Logger] = logger
+
+    def log_position(self) -> int:
+        """The region log's length: events from here on belong to the step that follows."""
+        from foundry_core.region import allocation_log_size
+
+        return allocation_log_size()
+
+    def placements_since(self, first: int) -> list[tuple[int, str, int, int]]:
+        """(log position, kind, offset, size) of the region's allocations and frees since log
+        position ``first``."""
+        from foundry_core.region import allocation_log
+
+        return [(first + i, e.kind, e.offset, e.size) for i, e in enumerate(allocation_log(first))
+                if e.kind in ("alloc", "free")]
+
+    def claim(self, offset: int, size: int) -> None:
+        """Makes ``[offset, offset+size)`` of the region live, as SAVE's allocation there was."""
+        from foundry_core.region import claim_region
+
+        claim_region(offset, size)
+
+    def placement_divergence(self, saved_log: Any) -> str | None:
+        """Where this process's region placements so far first differ from SAVE's log (claims of
+        SAVE's blocks count as their allocations), or None where they agree."""
+        from foundry_core.graphs import read_saved_log
+        from foundry_core.region import allocation_log, compare_placements
+
+        divergence = compare_placements(read_saved_log(saved_log), allocation_log())
+        return None if divergence is None else str(divergence)
+
+    def tag(self, text: str) -> None:
+        """Tags the region events from here on (a divergence names the step it happened in)."""
+        from foundry_core.region import set_allocation_tag
+
+        set_allocation_tag(text)
+
+    def region_layout(self) -> tuple[int, int]:
+        """(cursor, live bytes) of the region: equal on both sides where SAVE and LOAD agree."""
+        from foundry_core.region import region_info
+
+        info = region_info()
+        return info.cursor, info.live_bytes
 
 
 def region_runtime() -> RegionRuntime:
@@ -66,8 +110,12 @@ class SchedulerRuntime(worker.WorkerRuntime):
         super().__init__(session, adapter, device if device is not None else DeviceOps())
         self.phase = Phase.INIT
         self.runner: Any = None            # the target ModelRunner, during the capture phase
-        self.loop: Any = None              # the decode capture loop the capture seams drive (CaptureLoop)
+        self.loop: Any = None              # the capture loop the capture seams drive (CaptureLoop)
         self.restored = 0
+        # The prefill loop runs first: SAVE keeps its graphs for the decode loop's save (one
+        # archive), or why they cannot be saved; LOAD installs them with the decode graphs.
+        self.prefill: Any = None           # prefill_patches.PrefillSave / PrefillRestore
+        self.prefill_problem: str | None = None
 
     def lazy_instantiation(self) -> bool:
         try:

@@ -42,6 +42,8 @@ _DCGR = "sglang.srt.model_executor.runner.decode_cuda_graph_runner"
 _FCGB = "sglang.srt.model_executor.runner_backend.full_cuda_graph_backend"
 _SCHEDULER = "sglang.srt.managers.scheduler"
 _BCG = "sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph"
+_PCGR = "sglang.srt.model_executor.runner.prefill_cuda_graph_runner"
+_BCGB = "sglang.srt.model_executor.runner_backend.breakable_cuda_graph_backend"
 
 SEAMS: tuple[Seam, ...] = (
     # ---- plugin loading and processes ------------------------------------------------------
@@ -78,7 +80,7 @@ SEAMS: tuple[Seam, ...] = (
     # ---- configuration read by the adapter and the mode check -------------------------------
     Seam("config.graph_backend", "sglang.srt.model_executor.cuda_graph_config", "Backend", "enum",
          members=("FULL", "BREAKABLE", "TC_PIECEWISE", "DISABLED"),
-         purpose="the supported-mode check (decode backend full, prefill backend disabled)"),
+         purpose="the supported-mode check (decode backend full, prefill backend breakable or disabled)"),
     # SGLang declares its variables as attributes of ``Envs`` (read through ``envs.X.get()``), so
     # the seam is the declaration; modes.py reads the variable from the environment.
     Seam("env.post_capture_kv", "sglang.srt.environ", "Envs.SGLANG_ENABLE_POST_CAPTURE_KV_SIZING", "constant",
@@ -152,18 +154,46 @@ SEAMS: tuple[Seam, ...] = (
                  "torch.cuda.graph, both looked up at call time"),
     Seam("cg.replay", _FCGB, "FullCudaGraphBackend.replay", "method", params=("self", "shape_key"),
          purpose="replays self._graphs[key] (restored graphs have .replay()) and returns self._outputs[key]"),
-    # ---- breakable prefill graphs (breaks.py; without these, prefill graphs stay refused) ---------
+    # ---- breakable prefill graphs (prefill_patches.py, breaks.py) ------------------------------
+    Seam("pcg.runner_init", _PCGR, "PrefillCudaGraphRunner.__init__", "method", params=("self", "model_runner"),
+         calls=("resolve_prefill_backend", "self.capture"), assigns=("capture_num_tokens", "backend"),
+         purpose="the prefill runner: its token counts and graph backend, then its capture (before the decode runner)"),
+    Seam("pcg.capture", _PCGR, "PrefillCudaGraphRunner.capture", "method", params=("self",),
+         purpose="SAVE: SGLang's prefill loop with segments that keep their CUgraph and eager calls paused; LOAD: "
+                 "the same loop with each shape's capture replaced by SAVE's placements"),
+    Seam("pcg.capture_one_shape", _PCGR, "PrefillCudaGraphRunner.capture_one_shape", "method",
+         params=("self", "size"), calls=("self.capture_prepare", "self.backend.capture_one"),
+         purpose="the per-shape static batch and metadata LOAD keeps preparing in SGLang's order"),
+    Seam("pcg.freeze_gc", _PCGR, "freeze_gc", "function", params=("enable_cudagraph_gc",),
+         defined_in="sglang.srt.model_executor.runner.base_cuda_graph_runner", required=False,
+         purpose="LOAD: the prefill loop's two full garbage collections are skipped (no forward runs)"),
+    Seam("bcg.backend_init", _BCGB, "BreakableCudaGraphBackend.__init__", "method",
+         params=("self", "cuda_graph_runner"), assigns=("_graphs", "_outputs", "_capture_inputs"),
+         purpose="the graph, output and capture-input tables the plugin fills at LOAD"),
+    Seam("bcg.capture_one", _BCGB, "BreakableCudaGraphBackend.capture_one", "method",
+         params=("self", "shape_key", "forward_fn", "capture_inputs", "post_warmup_hook"),
+         calls=("BreakableCUDAGraph", "BreakableCUDAGraphCapture", "forward_fn"),
+         purpose="warmup forwards (SAVE: paused; LOAD: skipped), the shared output buffer and the segmented "
+                 "capture of one token count"),
+    Seam("bcg.capture_class", _BCGB, "BreakableCUDAGraphCapture", "constant", defined_in=_BCG,
+         purpose="looked up at call time by capture_one: SAVE swaps in a subclass that pauses the eager calls"),
+    Seam("bcg.end_segment", _BCG, "BreakableCUDAGraphCapture._end_current_segment", "method", params=("self",),
+         calls=("graph.capture_end",),
+         purpose="ends a segment before an eager call (and at exit): SAVE pauses the region from here"),
+    Seam("bcg.begin_segment", _BCG, "BreakableCUDAGraphCapture._begin_new_segment", "method", params=("self",),
+         calls=("graph.capture_begin",),
+         purpose="begins a segment (at enter and after an eager call): SAVE resumes the region first"),
     Seam("bcg.eager_on_graph", _BCG, "eager_on_graph", "function",
-         calls=("captured_inner", "_copy_output", "capture.cuda_graph._break_fns.append"), required=False,
+         calls=("captured_inner", "_copy_output", "capture.cuda_graph._break_fns.append"),
          purpose="the eager call between two prefill graph segments: a replay_fn closure over captured_inner, "
                  "captured_args, captured_kwargs and captured_output, which breaks.py describes and rebuilds"),
-    Seam("bcg.copy_output", _BCG, "_copy_output", "function", params=("dst", "src"), required=False,
+    Seam("bcg.copy_output", _BCG, "_copy_output", "function", params=("dst", "src"),
          purpose="copies an eager call's new result into its first output; a rebuilt call uses the same"),
     Seam("bcg.graph", _BCG, "BreakableCUDAGraph.__init__", "method", params=("self",),
-         assigns=("_segments", "_break_fns"), required=False,
+         assigns=("_segments", "_break_fns"),
          purpose="the segments and the eager calls between them, which a restored prefill graph fills"),
     Seam("bcg.graph_replay", _BCG, "BreakableCUDAGraph.replay", "method", params=("self",), calls=("seg.replay",),
-         required=False, purpose="replays each segment, then the eager call after it, on the current stream"),
+         purpose="replays each segment, then the eager call after it, on the current stream"),
     Seam("out.logits_output", "sglang.srt.layers.logits_processor", "LogitsProcessorOutput.hidden_states",
          "constant",
          purpose="the decode graphs' output object (a dataclass), rebuilt at LOAD around the restored tensors"),
