@@ -10,6 +10,9 @@
 #   ARCHIVE_DIR  default /tmp/foundry-sglang-archive (removed first: the SAVE start writes it)
 # Env: SIZES (default "1 2 4 8 16 32") decode CUDA-graph batch sizes; CONTEXT_LENGTH (2048);
 #      MAX_RUNNING (32); MEM_FRACTION (0.5); PORT (30011); PROMPTS (32); TOKENS (64);
+#      PREFILL_GRAPHS=0 passes --disable-prefill-cuda-graph (default: SGLang's prefill graphs);
+#      LENGTHS (5,60,300,900,1700): prompt lengths in tokens, one request each after the batch (prefill
+#      graphs are chosen by token count; each must fit CONTEXT_LENGTH with TOKENS);
 #      BASELINE=0 skips the unmodified start; DISABLE_OVERLAP=1 (default) passes
 #      --disable-overlap-schedule (one variable fewer for the first validation; 0 keeps SGLang's
 #      default); SKIP_SERVER_WARMUP=1 passes --skip-server-warmup (same on every start);
@@ -67,9 +70,10 @@ ensure_tiny_model "$MODEL"
 # fingerprint, and a LOAD with other flags falls back (which this script reports as a failure).
 # shellcheck disable=SC2206
 FLAGS=( --model-path "$MODEL" --load-format "$(load_format "$MODEL")" --attention-backend triton --sampling-backend pytorch
-        --disable-prefill-cuda-graph --cuda-graph-bs-decode $SIZES --disable-flashinfer-autotune
+        --cuda-graph-bs-decode $SIZES --disable-flashinfer-autotune
         --mem-fraction-static "$MEM_FRACTION" --context-length "$CONTEXT_LENGTH" --max-running-requests "$MAX_RUNNING"
         --random-seed 0 --served-model-name tiny --host 127.0.0.1 --port "$PORT" )
+[ "${PREFILL_GRAPHS:-1}" = 1 ] || FLAGS+=( --disable-prefill-cuda-graph )
 [ "${DISABLE_OVERLAP:-1}" = 1 ] && FLAGS+=( --disable-overlap-schedule )
 [ "${SKIP_SERVER_WARMUP:-0}" = 1 ] && FLAGS+=( --skip-server-warmup )
 [ "${STEP_LOG:-0}" = 1 ] && FLAGS+=( --decode-log-interval 1 )
@@ -100,10 +104,12 @@ run() {  # NAME [foundry flags...]: one start, its /health time and greedy token
   SERVER_PGID=$!
   run_when_healthy "$PORT" "${START_TIMEOUT:-900}" "$SERVER_PGID" "$t0" \
     "sglang.launch_server exited before /health answered" "timed out after {limit:.0f} s waiting for /health" \
-    "$PORT" "$OUT/$name.json" "$PROMPTS" "$TOKENS" "${TPOT:-}" "${TPOT_REPS:-3}" <<'EOF' || rc=$?
+    "$PORT" "$OUT/$name.json" "$PROMPTS" "$TOKENS" "${TPOT:-}" "${TPOT_REPS:-3}" "${LENGTHS-5,60,300,900,1700}" \
+    <<'EOF' || rc=$?
 import json, statistics, sys, time, urllib.request
 port, out, prompts, tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-tpot_batches, reps, ready = [int(b) for b in sys.argv[5].split(",") if b.strip()], int(sys.argv[6]), float(sys.argv[7])
+tpot_batches, reps = [int(b) for b in sys.argv[5].split(",") if b.strip()], int(sys.argv[6])
+lengths, ready = [int(n) for n in sys.argv[7].split(",") if n.strip()], float(sys.argv[8])
 base = f"http://127.0.0.1:{port}"
 
 def post(path, body):
@@ -125,6 +131,8 @@ ids_in = post("/tokenize", {"model": "tiny", "prompt": texts})["tokens"]
 batched = generate(ids_in, logprobs=True, key="input_ids")
 single = generate(ids_in[0], logprobs=True, key="input_ids")
 runs = [*batched, single] if isinstance(batched, list) else [batched, single]
+# Then one prompt of each length alone (fixed token ids): each prefill takes the graph of its token count.
+runs += [generate([(7 * i) % 997 + 100 for i in range(n)], logprobs=True, key="input_ids") for n in lengths]
 ids = [r["output_ids"] for r in runs]
 logprobs = [[lp for lp, *_ in r["meta_info"]["output_token_logprobs"]] for r in runs]
 assert all(len(x) == tokens for x in ids), [len(x) for x in ids]
@@ -173,9 +181,11 @@ fi
 run save --foundry-archive "$ARCHIVE" --foundry-mode save; names+=(save)
 # A start that fell back would still produce identical tokens: check each did what it was asked.
 expect_saved "foundry: captured [0-9]+ decode graphs in .* saved [0-9]+ graphs to "
+[ "${PREFILL_GRAPHS:-1}" != 1 ] || expect_saved "foundry: captured [0-9]+ prefill graphs "
 
 run load --foundry-archive "$ARCHIVE" --foundry-mode load; names+=(load)
 expect_restored "foundry: restored [0-9]+ decode graphs in "
+[ "${PREFILL_GRAPHS:-1}" != 1 ] || expect_restored "foundry: restored [0-9]+ decode graphs and [0-9]+ prefill graphs "
 if grep -qE "foundry: .*(cannot load the archive|does not use the archive)" "$OUT/load.log"; then
   echo "the LOAD start fell back (see $OUT/load.log)" >&2; exit 1
 fi
