@@ -74,8 +74,18 @@ class DeviceOps(worker.DeviceOps):
         from foundry_core.graphs import read_saved_log
         from foundry_core.region import allocation_log, compare_placements
 
-        divergence = compare_placements(read_saved_log(saved_log), allocation_log())
-        return None if divergence is None else str(divergence)
+        saved, current = read_saved_log(saved_log), allocation_log()
+        divergence = compare_placements(saved, current)
+        if divergence is None:
+            return None
+
+        def before(log: list[Any], seq: int | None) -> str:
+            events = [e for e in log if seq is None or e.seq < seq][-4:]
+            return "; ".join(f"{e.kind} {e.size:#x} at {e.offset:#x} ({e.tag})" for e in events)
+
+        expected = divergence.expected.seq if divergence.expected is not None else None
+        return (f"{divergence}; the events before it: at SAVE {before(saved, expected)}; here "
+                f"{before(current, divergence.seq)}")
 
     def tag(self, text: str) -> None:
         """Tags the region events from here on (a divergence names the step it happened in)."""
