@@ -10,7 +10,8 @@
 #   ARCHIVE_DIR  default /tmp/foundry-sglang-archive (removed first: the SAVE start writes it)
 # Env: SIZES (default "1 2 4 8 16 32") decode CUDA-graph batch sizes; CONTEXT_LENGTH (2048);
 #      MAX_RUNNING (32); MEM_FRACTION (0.5); PORT (30011); PROMPTS (32); TOKENS (64);
-#      PREFILL_GRAPHS=0 passes --disable-prefill-cuda-graph (default: SGLang's prefill graphs);
+#      PREFILL_GRAPHS=1: SGLang's default prefill graphs, with sglang-foundry's experimental switch
+#      FOUNDRY_SGLANG_PREFILL_GRAPHS=1 (default: --disable-prefill-cuda-graph);
 #      LENGTHS (5,60,300,900,1700): prompt lengths in tokens, one request each after the batch (prefill
 #      graphs are chosen by token count; each must fit CONTEXT_LENGTH with TOKENS);
 #      BASELINE=0 skips the unmodified start; DISABLE_OVERLAP=1 (default) passes
@@ -73,7 +74,8 @@ FLAGS=( --model-path "$MODEL" --load-format "$(load_format "$MODEL")" --attentio
         --cuda-graph-bs-decode $SIZES --disable-flashinfer-autotune
         --mem-fraction-static "$MEM_FRACTION" --context-length "$CONTEXT_LENGTH" --max-running-requests "$MAX_RUNNING"
         --random-seed 0 --served-model-name tiny --host 127.0.0.1 --port "$PORT" )
-[ "${PREFILL_GRAPHS:-1}" = 1 ] || FLAGS+=( --disable-prefill-cuda-graph )
+# Prefill graphs are experimental in sglang-foundry: on with PREFILL_GRAPHS=1 (its switch exported).
+if [ "${PREFILL_GRAPHS:-0}" = 1 ]; then export FOUNDRY_SGLANG_PREFILL_GRAPHS=1; else FLAGS+=( --disable-prefill-cuda-graph ); fi
 [ "${DISABLE_OVERLAP:-1}" = 1 ] && FLAGS+=( --disable-overlap-schedule )
 [ "${SKIP_SERVER_WARMUP:-0}" = 1 ] && FLAGS+=( --skip-server-warmup )
 [ "${STEP_LOG:-0}" = 1 ] && FLAGS+=( --decode-log-interval 1 )
@@ -181,11 +183,11 @@ fi
 run save --foundry-archive "$ARCHIVE" --foundry-mode save; names+=(save)
 # A start that fell back would still produce identical tokens: check each did what it was asked.
 expect_saved "foundry: captured [0-9]+ decode graphs in .* saved [0-9]+ graphs to "
-[ "${PREFILL_GRAPHS:-1}" != 1 ] || expect_saved "foundry: captured [0-9]+ prefill graphs "
+[ "${PREFILL_GRAPHS:-0}" != 1 ] || expect_saved "foundry: captured [0-9]+ prefill graphs "
 
 run load --foundry-archive "$ARCHIVE" --foundry-mode load; names+=(load)
 expect_restored "foundry: restored [0-9]+ decode graphs in "
-[ "${PREFILL_GRAPHS:-1}" != 1 ] || expect_restored "foundry: restored [0-9]+ decode graphs and [0-9]+ prefill graphs "
+[ "${PREFILL_GRAPHS:-0}" != 1 ] || expect_restored "foundry: restored [0-9]+ decode graphs and [0-9]+ prefill graphs "
 if grep -qE "foundry: .*(cannot load the archive|does not use the archive)" "$OUT/load.log"; then
   echo "the LOAD start fell back (see $OUT/load.log)" >&2; exit 1
 fi

@@ -1257,10 +1257,12 @@ def _server_args(fake_sglang, **fields):
 def test_modes_accept_the_supported_configuration(fake_sglang):
     assert modes.unsupported_settings(_server_args(fake_sglang), environ={}) == []
     assert modes.graph_backends(_server_args(fake_sglang)) == ("full", "disabled")
-    # SGLang's default prefill graphs (the breakable backend) are supported too.
+    # SGLang's default prefill graphs (the breakable backend): with the experimental switch only.
     default_prefill = _server_args(fake_sglang, disable_prefill_cuda_graph=False)
-    assert modes.unsupported_settings(default_prefill, environ={}) == []
+    assert modes.unsupported_settings(default_prefill, environ={"FOUNDRY_SGLANG_PREFILL_GRAPHS": "1"}) == []
     assert modes.graph_backends(default_prefill) == ("full", "breakable")
+    (problem,) = modes.unsupported_settings(default_prefill, environ={})
+    assert "FOUNDRY_SGLANG_PREFILL_GRAPHS=1" in problem and modes.PREFILL_FLAG in problem
 
 
 def test_modes_list_every_problem_at_once(fake_sglang):
@@ -1293,12 +1295,14 @@ def test_modes_read_the_raw_flags_of_an_unresolved_config():
     disabled = types.SimpleNamespace(cuda_graph_config={"decode": {"backend": "disabled"},
                                                         "prefill": {"backend": "disabled"}})
     assert any("nothing to save" in p for p in modes.unsupported_settings(disabled, environ={}))
-    default_prefill = types.SimpleNamespace(cuda_graph_config=None)  # SGLang's default: breakable, supported
+    opted_in = {"FOUNDRY_SGLANG_PREFILL_GRAPHS": "1"}
+    default_prefill = types.SimpleNamespace(cuda_graph_config=None)  # SGLang's default: breakable
     assert modes.graph_backends(default_prefill) == (None, None)
-    assert modes.unsupported_settings(default_prefill, environ={}) == []
+    assert modes.unsupported_settings(default_prefill, environ=opted_in) == []
+    assert "the default backend" in modes.unsupported_settings(default_prefill, environ={})[0]
     for backend in ("breakable", "disabled"):
         raw = types.SimpleNamespace(cuda_graph_config=None, cuda_graph_backend_prefill=backend)
-        assert modes.unsupported_settings(raw, environ={}) == [], backend
+        assert modes.unsupported_settings(raw, environ=opted_in) == [], backend
     for backend, why in (("full", "monolithic graph"), ("tc_piecewise", "torch.compile pieces")):
         raw = types.SimpleNamespace(cuda_graph_config=None, cuda_graph_backend_prefill=backend)
         (problem,) = modes.unsupported_settings(raw, environ={})

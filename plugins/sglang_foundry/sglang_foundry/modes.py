@@ -2,8 +2,8 @@
 
 Supported in this version: one GPU (tensor, pipeline, data, expert, attention-context and
 decode-context parallel size 1, one node), the decode CUDA graphs of the ``full`` backend
-(one torch CUDA graph per batch size), the prefill CUDA graphs of the ``breakable`` backend
-(SGLang's CUDA default: segments between eager attention calls) or none, no torch.compile, no speculative
+(one torch CUDA graph per batch size), prefill graphs disabled (the ``breakable`` backend, SGLang's
+CUDA default, with ``FOUNDRY_SGLANG_PREFILL_GRAPHS=1``: experimental), no torch.compile, no speculative
 decoding, no LoRA, no memory saver, no symmetric memory, no batch overlap or PD multiplexing, no
 hidden-state outputs, no PD disaggregation, no post-capture KV resizing.
 
@@ -42,6 +42,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from foundry_core.errors import UnsupportedError
+
+from sglang_foundry import options
 
 OFF_HINT = "start SGLang with --foundry-mode off (or FOUNDRY_MODE=off) to run it without Foundry"
 PREFILL_FLAG = "--disable-prefill-cuda-graph"
@@ -123,7 +125,7 @@ def graph_backends(server_args: Any) -> tuple[str | None, str | None]:
     return out[0], out[1]
 
 
-def _graph_problems(server_args: Any) -> list[str]:
+def _graph_problems(server_args: Any, environ: Mapping[str, str]) -> list[str]:
     decode, prefill = graph_backends(server_args)
     problems = []
     if decode == DISABLED:
@@ -132,7 +134,11 @@ def _graph_problems(server_args: Any) -> list[str]:
     elif decode not in (None, DECODE_BACKEND):
         problems.append(f"the decode CUDA-graph backend {decode!r} is not supported (supported: {DECODE_BACKEND!r}; "
                         "pass --cuda-graph-backend-decode full)")
-    if prefill not in (None, DISABLED, PREFILL_BACKEND):
+    if prefill in (None, PREFILL_BACKEND) and not options.prefill_graphs(environ):
+        shown = "the default" if prefill is None else repr(prefill)
+        problems.append(f"prefill CUDA graphs ({shown} backend) are restored only with {options.PREFILL_GRAPHS_ENV}=1 "
+                        f"in this version (experimental: its LOAD is not yet verified); pass {PREFILL_FLAG}")
+    elif prefill not in (None, DISABLED, PREFILL_BACKEND):
         why = PREFILL_REFUSED.get(prefill, "it is not one this version restores")
         problems.append(f"the prefill CUDA-graph backend {prefill!r} is not supported: {why} (supported: "
                         f"{PREFILL_BACKEND!r}, SGLang's default, or {PREFILL_FLAG})")
@@ -147,7 +153,7 @@ def unsupported_settings(server_args: Any, environ: Mapping[str, str] | None = N
     """Every setting of ``server_args`` (and of the environment) this version cannot handle, as
     one message each; empty when everything is supported."""
     env = os.environ if environ is None else environ
-    problems = _graph_problems(server_args)
+    problems = _graph_problems(server_args, env)
     for name in _PARALLEL:
         value = setting(server_args, name, 1)
         if value != 1:

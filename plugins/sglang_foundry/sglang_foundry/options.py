@@ -9,6 +9,12 @@
   ``FOUNDRY_SGLANG_INSTANTIATE_THREADS`` (default 4): how LOAD instantiates the restored graphs.
 - ``FOUNDRY_SGLANG_CHECK_METADATA=0``: LOAD no longer compares the attention-metadata addresses of
   each captured shape with SAVE's.
+- ``FOUNDRY_SGLANG_PREFILL_GRAPHS=1``: SGLang's prefill CUDA graphs (the ``breakable`` backend) are
+  saved and restored instead of refused. Experimental: SAVE is verified on a GPU, LOAD not yet (a
+  LOAD whose placements differ from SAVE's falls back to a normal start).
+- ``FOUNDRY_SGLANG_PREFILL_TRACE=FILE``: each prefill shape's capture (SAVE) or stand-in (LOAD)
+  appends PyTorch's cached segments at its end to FILE (JSON lines): what to compare when a LOAD's
+  prefill placements diverge.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ WARMUP_FORWARDS = ("paused", "region")
 INSTANTIATE_ENV = "FOUNDRY_SGLANG_INSTANTIATE"
 INSTANTIATE_THREADS_ENV = "FOUNDRY_SGLANG_INSTANTIATE_THREADS"
 CHECK_METADATA_ENV = "FOUNDRY_SGLANG_CHECK_METADATA"
+PREFILL_GRAPHS_ENV = "FOUNDRY_SGLANG_PREFILL_GRAPHS"
+PREFILL_TRACE_ENV = "FOUNDRY_SGLANG_PREFILL_TRACE"
 _FALSE = ("0", "false", "no", "off")
 
 
@@ -64,3 +72,13 @@ def instantiate_mode(environ: Mapping[str, str] | None = None) -> tuple[str, int
 def check_metadata(environ: Mapping[str, str] | None = None) -> bool:
     """Whether LOAD compares attention-metadata addresses with SAVE's (default yes)."""
     return env_flag(CHECK_METADATA_ENV, True, environ)
+
+
+def prefill_graphs(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether SGLang's breakable prefill CUDA graphs are saved and restored (default no: refused)."""
+    return env_flag(PREFILL_GRAPHS_ENV, False, environ)
+
+
+def prefill_trace(environ: Mapping[str, str] | None = None) -> str | None:
+    """The file the prefill shapes' allocator segments are appended to, or None."""
+    return _env(environ).get(PREFILL_TRACE_ENV, "").strip() or None

@@ -301,7 +301,15 @@ def _stand_in(rt: runtime.SchedulerRuntime, loop: PrefillLoop, backend: Any, sha
     backend._graphs[shape_key] = capture_patches.PendingGraph()
     backend._outputs[shape_key] = None
     backend._capture_inputs[shape_key] = capture_inputs
+    _trace(rt, f"load {shape}")
     rt.device.tag(f"prefill prepare after {shape}")
+
+
+def _trace(rt: runtime.SchedulerRuntime, label: str) -> None:
+    """With FOUNDRY_SGLANG_PREFILL_TRACE set: PyTorch's cached segments at the end of a shape."""
+    path = options.prefill_trace()
+    if path is not None:
+        rt.device.append_segments(path, label)
 
 
 def _clear(backend: Any) -> None:
@@ -387,6 +395,7 @@ def wrap_capture_one(original: Callable[..., Any]) -> Callable[..., Any]:
             capture_patches.create_blas_workspace()  # the current stream is the prefill capture stream
         result = original(self, shape_key, capture_patches.driven(rt, loop, forward_fn), *args, **kwargs)
         loop.windows[graph_name(shape_key)] = (first, rt.device.log_position())
+        _trace(rt, f"save {graph_name(shape_key)}")
         rt.device.tag(f"prefill prepare after {graph_name(shape_key)}")
         return result
 

@@ -93,6 +93,19 @@ class DeviceOps(worker.DeviceOps):
 
         set_allocation_tag(text)
 
+    def append_segments(self, path: str, label: str) -> None:
+        """Appends PyTorch's cached segments (address, size, pool, and each block's size and
+        state) to ``path`` as one JSON line under ``label``."""
+        import json
+
+        import torch
+
+        segments = [{"address": seg["address"], "size": seg["total_size"], "pool": str(seg.get("segment_pool_id")),
+                     "blocks": [[b["size"], b["state"]] for b in seg["blocks"]]}
+                    for seg in torch.cuda.memory_snapshot()]
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps({"label": label, "segments": segments}) + "\n")
+
     def region_layout(self) -> tuple[int, int]:
         """(cursor, live bytes) of the region: equal on both sides where SAVE and LOAD agree."""
         from foundry_core.region import region_info
