@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import importlib
 import logging
 import math
@@ -207,6 +208,12 @@ class RegionDevice(FakeDevice):
 
     def region_layout(self) -> tuple[int, int]:
         return self.memory.layout()
+
+    def append_segments(self, path: str, label: str) -> None:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps({"label": label, "segments": [
+                {"address": offset, "size": size, "pool": "(0, 0)", "blocks": [[size, "active_allocated"]]}
+                for offset, size in sorted(self.memory.live.items())]}) + "\n")
 
 
 FAKE_SOURCES = {

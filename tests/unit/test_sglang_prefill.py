@@ -11,6 +11,7 @@ FakeMemory: in the region while it is set and not paused, elsewhere otherwise.""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import sys
 import types
@@ -376,3 +377,36 @@ def test_a_decode_restore_failure_after_the_prefill_stand_in_recaptures_the_pref
     assert "no archive is written in this start" in caplog.text
     decode = run.runner.decode_cuda_graph_runner.backend
     assert len(decode._graphs) == 4 and all(type(g) is FakeCUDAGraph for g in decode._graphs.values())
+
+
+def test_the_prefill_trace_holds_the_cached_segments_after_each_shape_on_both_sides(scheduler, monkeypatch, tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("FOUNDRY_SGLANG_PREFILL_TRACE", str(trace))
+    scheduler("save", **PREFILL)
+    scheduler("load", **PREFILL)
+    entries = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [e["label"] for e in entries] == [f"save {s}" for s in SHAPES] + [f"load {s}" for s in SHAPES]
+    # The live blocks after each shape: the same on both sides where LOAD placed SAVE's memory.
+    assert [e["segments"] for e in entries[:2]] == [e["segments"] for e in entries[2:]]
+    assert entries[0]["segments"]
+
+
+def test_the_trace_diff_names_the_segment_only_one_side_holds(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "prefill_trace_diff.py"
+    spec = importlib.util.spec_from_file_location("prefill_trace_diff", script)
+    diff = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(diff)
+    seg = {"address": 0x1000, "size": 2 << 20, "pool": "(0, 0)", "blocks": [[512, "active_allocated"]]}
+    lines = [{"label": "save size=32", "segments": [seg]}, {"label": "load size=32", "segments": [seg]},
+             {"label": "save size=16", "segments": [seg, dict(seg, address=0x400000)]},
+             {"label": "load size=16", "segments": [seg]}]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert diff.main(str(trace)) == 1
+    out = capsys.readouterr().out
+    assert "after size=16: 1 segments only at SAVE, 0 only at LOAD" in out and "0x400000" in out
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines[:2]))
+    assert diff.main(str(trace)) == 0
