@@ -20,17 +20,20 @@ closure that calls it again at replay, and a new segment begins (:mod:`sglang_fo
 - **LOAD** runs SGLang's same loop with each ``capture_one`` replaced by a stand-in: the cache
   flushes SAVE's pauses made, the cuBLAS workspace of the capture stream (first shape, made as
   at SAVE), and a *claim* of each other block that shape's ``capture_one`` allocated at SAVE, at
-  its SAVE address (:func:`foundry_core.region.claim_region`), so the decode runner
-  that follows places its buffers where it placed them at SAVE. The graph table gets placeholders;
-  the archive itself is loaded at the decode loop, when every buffer its graphs read exists, and
-  :meth:`PrefillRestore.install` then fills the prefill table with graphs rebuilt from the restored segments and
-  eager calls.
+  its SAVE address (:func:`foundry_core.region.claim_region`), so the decode runner that follows
+  places its buffers where it placed them at SAVE. The graph table gets placeholders; the archive
+  itself is loaded at the decode loop, when every buffer its graphs read exists, and
+  :meth:`PrefillRestore.install` then fills the prefill table with graphs rebuilt from the
+  restored segments and eager calls.
 
-Checks: the token counts and graph names before the loop, the region's layout (cursor, live
-bytes) after it, and the decode restore's own checks (the archive's placement check covers
-every buffer placed after the prefill loop). A failed check falls back: SGLang captures the
-prefill graphs normally (:meth:`PrefillRestore.recapture` when the decode restore fails after the
-loop).
+Checks: the token counts before the loop; after it, every placement so far against SAVE's log
+(a claim of SAVE's block counts as its allocation) and the region's cursor and live bytes; then
+the decode restore's own checks. A failed check falls back: SGLang captures the prefill graphs
+normally (:meth:`PrefillRestore.recapture` when the decode restore fails after the loop).
+
+Experimental (``FOUNDRY_SGLANG_PREFILL_GRAPHS=1``, :mod:`sglang_foundry.modes`): on the H200 SAVE
+gives SGLang's outputs bit for bit, but LOAD's placement check still finds a block placed
+elsewhere after the first shape and falls back (docs/engine-sglang.md, section 6).
 """
 
 from __future__ import annotations
@@ -46,14 +49,14 @@ from typing import Any, ClassVar
 
 from foundry_core.engine import Mode
 from foundry_core.engine.capture import graph_name, is_cuda_tensor, swapped
-from foundry_core.graphs import LOG_NAME
 from foundry_core.errors import FoundryError, MismatchError, UnsupportedError
+from foundry_core.graphs import LOG_NAME
 
 from sglang_foundry import breaks, capture_patches, modes, options, outputs, patching, runtime, seams
 
 logger = logging.getLogger("foundry.sglang")
 
-PREFIX = "bcg:"
+PREFIX = capture_patches.PREFILL_PREFIX
 WARMUPS = 2  # the eager warmup forwards capture_one runs before each capture
 
 __all__ = ["PREFIX", "PausingCapture", "PrefillLoop", "PrefillRestore", "PrefillSave", "WRAPPERS",
