@@ -47,7 +47,7 @@ from foundry_core.manifest import (
     read_manifest,
     write_manifest,
 )
-from foundry_core.region import LogEntry, allocation_log, compare_placements, region_info
+from foundry_core.region import LogEntry, allocation_log, placement_divergence, region_info
 from foundry_core.tensors import describe_outputs, rebuild_outputs
 
 logger = logging.getLogger("foundry")
@@ -461,7 +461,7 @@ def check_allocations(directory: Path, manifest: dict) -> None:
     (FOUNDRY_STRICT=1) it raises DivergenceError; otherwise it logs a warning.
     """
     log_path = directory / manifest.get("log", LOG_NAME)
-    divergence = compare_placements(read_saved_log(log_path), allocation_log())
+    divergence = placement_divergence(read_saved_log(log_path))
     if divergence is None:
         return
     message = f"{divergence}: the buffers of this process are not where SAVE put them"

@@ -241,6 +241,23 @@ def compare_placements(saved: list[LogEntry], current: list[LogEntry]) -> Diverg
     return None
 
 
+def placement_divergence(saved: list[LogEntry], current: list[LogEntry] | None = None) -> str | None:
+    """:func:`compare_placements` of ``saved`` and ``current`` (default: this process's log so far)
+    as a message: the first diverging placement and the four events before it on each side (their
+    tags name the steps), or None when the placements agree."""
+    current = allocation_log() if current is None else current
+    divergence = compare_placements(saved, current)
+    if divergence is None:
+        return None
+
+    def before(log: list[LogEntry], seq: int | None) -> str:
+        events = [e for e in log if seq is None or e.seq < seq][-4:]
+        return "; ".join(f"{e.kind} {e.size:#x} at {e.offset:#x} ({e.tag})" for e in events) or "nothing"
+
+    expected = divergence.expected.seq if divergence.expected is not None else None
+    return f"{divergence}; before it, at SAVE: {before(saved, expected)}; here: {before(current, divergence.seq)}"
+
+
 def expect_allocation_log(entries: list[LogEntry]) -> None:
     """Compares every region event from now on against ``entries`` (by sequence number).
 

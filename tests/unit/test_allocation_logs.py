@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from foundry_core.region import LogEntry, compare_logs, compare_placements
+from foundry_core.region import LogEntry, compare_logs, compare_placements, placement_divergence
 
 SAVED = [
     LogEntry(0, "alloc", 0x000000, 2 << 20, "weights"),
@@ -61,3 +61,11 @@ def test_other_claims_are_not_placements_but_a_buffer_after_them_must_still_agre
     current = [*SAVED[:4], LogEntry(4, "claim", 0x1600000, 2 << 20), LogEntry(5, "alloc", 0x1a00000, 2 << 20)]
     d = compare_placements(saved, current)
     assert d is not None and d.seq == 5 and d.expected.offset == 0x1600000
+
+
+def test_the_divergence_message_names_the_events_before_it_on_both_sides():
+    current = [SAVED[0], LogEntry(1, "alloc", 0x200000, 22 << 20, "inputs")]
+    message = placement_divergence(SAVED, current)
+    assert message.startswith("allocation sequence diverged at seq 1")
+    assert "before it, at SAVE: alloc 0x200000 at 0x0 (weights); here: alloc 0x200000 at 0x0 (weights)" in message
+    assert placement_divergence(SAVED, SAVED[:2]) is None

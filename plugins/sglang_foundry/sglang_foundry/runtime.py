@@ -11,8 +11,8 @@ capture) -> SERVING.
 The region is open from ``session.begin()`` until the capture phase ends.
 
 **Pauses.** SAVE runs the work LOAD skips (KV profiling, the kernel warmup, the capture warmup
-forwards, the eager calls between prefill graph segments) *paused*, outside the region; LOAD makes the same cache flushes with nothing in between
-(``skipped``). The pause machinery, ``timed`` and the life cycle (begin, boundary, fall_back,
+forwards, the eager calls between prefill graph segments) *paused*, outside the region; LOAD
+makes the same cache flushes with nothing in between (``skipped``). The pause machinery, ``timed`` and the life cycle (begin, boundary, fall_back,
 finish) are engine-agnostic: :mod:`foundry_core.engine.worker`; this module adds SGLang's phases
 and names.
 """
@@ -70,22 +70,11 @@ class DeviceOps(worker.DeviceOps):
 
     def placement_divergence(self, saved_log: Any) -> str | None:
         """Where this process's region placements so far first differ from SAVE's log (claims of
-        SAVE's blocks count as their allocations), or None where they agree."""
+        SAVE's blocks count as their allocations), with the events before it; None where they agree."""
         from foundry_core.graphs import read_saved_log
-        from foundry_core.region import allocation_log, compare_placements
+        from foundry_core.region import placement_divergence
 
-        saved, current = read_saved_log(saved_log), allocation_log()
-        divergence = compare_placements(saved, current)
-        if divergence is None:
-            return None
-
-        def before(log: list[Any], seq: int | None) -> str:
-            events = [e for e in log if seq is None or e.seq < seq][-4:]
-            return "; ".join(f"{e.kind} {e.size:#x} at {e.offset:#x} ({e.tag})" for e in events)
-
-        expected = divergence.expected.seq if divergence.expected is not None else None
-        return (f"{divergence}; the events before it: at SAVE {before(saved, expected)}; here "
-                f"{before(current, divergence.seq)}")
+        return placement_divergence(read_saved_log(saved_log))
 
     def tag(self, text: str) -> None:
         """Tags the region events from here on (a divergence names the step it happened in)."""
