@@ -256,7 +256,8 @@ def _capture_and_keep(rt: runtime.SchedulerRuntime, runner: Any, original: Calla
         saved = collect(runner.backend, claims, _decorated())
     except UnsupportedError as exc:
         rt.prefill_problem = str(exc)
-        logger.error("foundry: %s; no archive is written", exc)
+        logger.error("foundry: %s; no archive is written (pass %s to save the decode graphs alone)", exc,
+                     modes.PREFILL_FLAG)
         return result
     saved.state["tokens"] = [int(n) for n in getattr(runner, "capture_num_tokens", [])]
     saved.state["region"] = list(rt.device.region_layout())
@@ -344,7 +345,8 @@ def _stand_in_loop(rt: runtime.SchedulerRuntime, runner: Any, original: Callable
     except FoundryError as exc:
         _clear(runner.backend)
         # Blocks may be claimed already: an archive saved in this start would not match a LOAD.
-        rt.prefill_problem = f"the prefill graphs cannot be placed: {exc}"
+        rt.prefill_problem = (f"the prefill graphs cannot be placed: {exc} (an archive saved with {modes.PREFILL_FLAG} "
+                              "restores the decode graphs)")
         rt.fall_back(MismatchError(rt.prefill_problem))
         return capture_patches.FALLBACK
     rt.prefill = PrefillRestore(runner, recorded, original)
