@@ -19,8 +19,11 @@ def _segments(entry: dict) -> dict[tuple[int, int, str], list]:
 
 
 def _show(key: tuple[int, int, str], blocks: list) -> str:
-    used = [size for size, state in blocks if state != "inactive"]
-    return f"  {key[0]:#x} +{key[1]:#x} pool {key[2]}: {len(used)} blocks in use ({sum(used)} bytes)"
+    used = [block for block in blocks if block[1] != "inactive"]
+    lines = [f"  {key[0]:#x} +{key[1]:#x} pool {key[2]}: {len(used)} of {len(blocks)} blocks in use "
+             f"({sum(block[0] for block in used)} bytes)"]
+    lines += [f"      {block[0]:>10} {block[1]:<18} {block[2] if len(block) > 2 else ''}" for block in blocks[:12]]
+    return "\n".join(lines)
 
 
 def main(path: str) -> int:

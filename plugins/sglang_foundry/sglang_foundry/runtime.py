@@ -83,17 +83,24 @@ class DeviceOps(worker.DeviceOps):
         set_allocation_tag(text)
 
     def append_segments(self, path: str, label: str) -> None:
-        """Appends PyTorch's cached segments (address, size, pool, and each block's size and
-        state) to ``path`` as one JSON line under ``label``."""
+        """Appends PyTorch's cached segments (address, size, pool, and each block's size, state
+        and, once :meth:`record_history` ran, where it was allocated) to ``path`` as one JSON line
+        under ``label``."""
         import json
 
         import torch
 
         segments = [{"address": seg["address"], "size": seg["total_size"], "pool": str(seg.get("segment_pool_id")),
-                     "blocks": [[b["size"], b["state"]] for b in seg["blocks"]]}
+                     "blocks": [[b["size"], b["state"], _allocated_at(b)] for b in seg["blocks"]]}
                     for seg in torch.cuda.memory_snapshot()]
         with open(path, "a", encoding="utf-8") as out:
             out.write(json.dumps({"label": label, "segments": segments}) + "\n")
+
+    def record_history(self) -> None:
+        """Makes PyTorch record the Python stack of each allocation from here on (for the trace)."""
+        import torch
+
+        torch.cuda.memory._record_memory_history(stacks="python", max_entries=200_000)
 
     def region_layout(self) -> tuple[int, int]:
         """(cursor, live bytes) of the region: equal on both sides where SAVE and LOAD agree."""
@@ -101,6 +108,15 @@ class DeviceOps(worker.DeviceOps):
 
         info = region_info()
         return info.cursor, info.live_bytes
+
+
+def _allocated_at(block: dict[str, Any]) -> str:
+    """The innermost SGLang or Foundry frame of a block's allocation stack ("" when unrecorded)."""
+    for frame in block.get("frames") or []:
+        name = str(frame.get("filename", ""))
+        if "sglang" in name or "foundry" in name:
+            return f"{name.rsplit('/', 1)[-1]}:{frame.get('line')} {frame.get('name')}"
+    return ""
 
 
 def region_runtime() -> RegionRuntime:
@@ -128,6 +144,7 @@ class SchedulerRuntime(worker.WorkerRuntime):
         # archive), or why they cannot be saved; LOAD installs them with the decode graphs.
         self.prefill: Any = None           # prefill_patches.PrefillSave / PrefillRestore
         self.prefill_problem: str | None = None
+        self.graph_rng_state: Any = None   # holds the generator's graph-safe RNG state (prefill loop)
 
     def lazy_instantiation(self) -> bool:
         try:
