@@ -212,8 +212,11 @@ class RegionDevice(FakeDevice):
     def append_segments(self, path: str, label: str) -> None:
         with open(path, "a", encoding="utf-8") as out:
             out.write(json.dumps({"label": label, "segments": [
-                {"address": offset, "size": size, "pool": "(0, 0)", "blocks": [[size, "active_allocated"]]}
+                {"address": offset, "size": size, "pool": "(0, 0)", "blocks": [[size, "active_allocated", "here"]]}
                 for offset, size in sorted(self.memory.live.items())]}) + "\n")
+
+    def record_history(self) -> None:
+        self.log.append(("record_history",))
 
 
 FAKE_SOURCES = {
@@ -990,9 +993,21 @@ class FakeCUDAGraph:
 
     def capture_begin(self, pool=None, capture_error_mode="global"):
         sys.modules["sglang"].LOG.append(("segment_begin", type(self).__name__))
+        self._register("default generator")
+
+    def _register(self, generator):
+        """PyTorch allocates the generator's graph-safe seed and offset when a first graph registers."""
+        root = sys.modules["sglang"]
+        if not getattr(root, "RNG_REGISTERED", False):
+            root.RNG_REGISTERED = True
+            root.LOG.append(("rng_state", generator))
+            root.MEMORY.alloc(RNG_STATE)
 
     def capture_end(self):
         sys.modules["sglang"].LOG.append(("segment_end", type(self).__name__))
+
+    def register_generator_state(self, generator):
+        self._register(generator)
 
 
 class KeepGraph(FakeCUDAGraph):
@@ -1016,6 +1031,7 @@ class FakeGraphContext:
 
 
 BLAS_WORKSPACE = 1 << 20
+RNG_STATE = 2 << 10
 
 
 def fake_blas_handle():
@@ -1030,6 +1046,8 @@ def fake_blas_handle():
 def fake_torch(monkeypatch):
     torch = install_fake_torch(monkeypatch, FakeCUDAGraph, FakeGraphContext, KeepGraph)
     torch.cuda.current_blas_handle = fake_blas_handle
+    torch.cuda.default_generators = ("generator 0",)
+    torch.cuda.current_device = lambda: 0
     torch.empty = fake_empty
     torch.cuda.caching_allocator_delete = lambda ptr: sys.modules["sglang"].MEMORY.free(ptr)
     torch.is_tensor = lambda obj: isinstance(obj, FakeTensor)
@@ -1570,6 +1588,7 @@ def scheduler(fake_sglang, monkeypatch, tmp_path):
         region = FakeRuntime()
         memory = FakeMemory(region)  # a fresh process's device memory
         monkeypatch.setattr(sys.modules["sglang"], "MEMORY", memory)
+        monkeypatch.setattr(sys.modules["sglang"], "RNG_REGISTERED", False, raising=False)  # a fresh process's generator
         monkeypatch.setattr(runtime, "DeviceOps",
                             lambda: RegionDevice(dev_log, memory, io.logs, free=knobs.get("gpu_free", 1 << 40)))
         monkeypatch.setattr(runtime, "region_runtime", lambda: region)

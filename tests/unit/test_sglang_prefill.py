@@ -24,7 +24,7 @@ from foundry_core.engine.state import read_state
 from foundry_core.errors import UnsupportedError
 
 import test_sglang_plugin as plugin_tests  # first: it finds the plugin's source tree when it is not installed
-from test_sglang_plugin import BLAS_WORKSPACE, NAMES, FakeCUDAGraph, FakeMemory, FakeTensor, KeepGraph
+from test_sglang_plugin import BLAS_WORKSPACE, NAMES, RNG_STATE, FakeCUDAGraph, FakeMemory, FakeTensor, KeepGraph
 
 from sglang_foundry import capture_patches, prefill_patches, seams
 
@@ -191,6 +191,7 @@ def test_the_pausing_capture_pauses_between_segments_only(fake_sglang):
     assert capturing == [True, True, True] and not loop.capturing
     shown = [e if isinstance(e, str) else e[0] for e in log]
     segment = ["segment_begin", "segment_end"]
+    assert shown.pop(1) == "rng_state"  # the first segment registers the generator, as PyTorch's capture_begin does
     assert shown == [*segment, "pause", "attention", "resume", *segment, "pause", "attention", "resume", *segment]
     assert len(graph._segments) == 3 and len(graph._break_fns) == 2
 
@@ -245,11 +246,15 @@ def test_save_captures_the_prefill_graphs_and_saves_them_with_the_decode_graphs(
     assert prefill["tokens"] == [16, 32] and prefill["backend"] == "breakable"
     big, small = (prefill["shapes"][s] for s in SHAPES)
     assert [b["function"] for b in big["breaks"] + small["breaks"]] == [ATTENTION] * 4
-    # Each shape's region blocks, in order: the first one's cuBLAS workspace and shared output
-    # buffer, then what its segments allocated (the hidden state, then q, k, v, output per layer).
+    # Each shape's region blocks, in order: the first one's cuBLAS workspace, the generator's
+    # graph-safe RNG state (registered before the warmups, so no capture allocates it) and the shared
+    # output buffer, then what its segments allocated (the hidden state, then q, k, v, output per layer).
+    assert events(log, "rng_state") == [("rng_state", "generator 0")]
+    assert log.index("blas_handle") < log.index(("rng_state", "generator 0")) < log.index(("prefill_forward", 32))
     output = backend._outputs[next(iter(backend._graphs))]
-    assert big["claims"][0][1] == BLAS_WORKSPACE and big["claims"][1][0] == memory.offset(output)
-    assert len(big["claims"]) == 2 + 9 and len(small["claims"]) == 9
+    assert [size for _, size in big["claims"][:2]] == [BLAS_WORKSPACE, RNG_STATE]
+    assert big["claims"][2][0] == memory.offset(output)
+    assert len(big["claims"]) == 3 + 9 and len(small["claims"]) == 9
     blocks = [offset for offset, _ in big["claims"] + small["claims"]]
     assert blocks == sorted(blocks)
     # Everything else in the region was placed outside capture_one: the static inputs, each shape's
@@ -271,6 +276,11 @@ def test_load_places_saves_blocks_and_installs_the_restored_prefill_graphs(sched
     assert events(load.log, "prefill_forward") == [] and events(load.log, "attention") == []
     assert events(load.log, "segment_begin") == [] and "gc.collect" not in load.steps()
     assert events(load.log, "prefill_prepare") == [("prefill_prepare", 32), ("prefill_prepare", 16)]
+    # PyTorch makes the capture stream's workspace and the generator's RNG state as at SAVE, first;
+    # the runtime keeps the graph that holds the RNG state.
+    steps = [e for e in load.log if e == "blas_handle" or (isinstance(e, tuple) and e[0] in ("rng_state", "prefill_prepare"))]
+    assert steps[:3] == [("prefill_prepare", 32), "blas_handle", ("rng_state", "generator 0")]
+    assert load.rt.graph_rng_state is not None
     # SAVE's blocks, claimed in SAVE's order; what SGLang allocates between them lands where it did at SAVE.
     assert claims_of(load) == recorded_claims(save.rt.adapter.state)
     # SAVE's pauses mirrored with nothing inside: each shape's two warmups, and one flush for its eager
@@ -312,7 +322,7 @@ def test_load_with_prefill_warmups_in_the_region(scheduler, monkeypatch):
     assert save.dev.count("stop_region") == 2 + 4  # profiling, the kernel warmup, and the 4 eager calls only
     big = save.rt.adapter.state["prefill"]["shapes"][SHAPES[0]]
     # The two warmups' blocks (their eager calls' temporaries too) are the shape's; the captured eager calls ran paused.
-    assert len(big["claims"]) == 2 + 2 * (9 + 2) + 9
+    assert len(big["claims"]) == 3 + 2 * (9 + 2) + 9  # after the workspace, RNG state and output buffer
     load = scheduler("load", **PREFILL)
     assert load.rt.restored == 4 + 2 and fallbacks(load) == []
     assert claims_of(load) == recorded_claims(save.rt.adapter.state)

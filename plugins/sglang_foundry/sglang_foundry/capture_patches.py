@@ -184,6 +184,24 @@ def create_blas_workspace() -> None:
     torch.cuda.current_blas_handle()
 
 
+def hold_graph_rng_state() -> Any:
+    """Prefill loop, SAVE and LOAD alike, after the cuBLAS workspace: registers PyTorch's default
+    CUDA generator with a graph that is never captured, and returns that graph (keep it for the
+    process's life).
+
+    Why: the generator allocates its graph-safe seed and offset (two 8-byte tensors) when the first
+    graph registers with it, at SAVE the first segment's ``capture_begin``. They open a small-pool
+    segment of the capture stream, and the static batches SGLang prepares for the later shapes fit
+    in its free room. A LOAD captures nothing, so it would lack that segment and place a new one
+    elsewhere. Registered here, the two tensors are allocated at the same point on both sides, and
+    SAVE's captures find the generator registered already."""
+    import torch
+
+    holder = torch.cuda.CUDAGraph()
+    holder.register_generator_state(torch.cuda.default_generators[torch.cuda.current_device()])
+    return holder
+
+
 def check_backend(backend: Any) -> None:
     """Refuses a decode backend other than FullCudaGraphBackend (or a platform subclass)."""
     module = importlib.import_module(seams.seam("cg.backend_init").module)

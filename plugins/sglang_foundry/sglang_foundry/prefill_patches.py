@@ -243,6 +243,7 @@ def _capture_and_keep(rt: runtime.SchedulerRuntime, runner: Any, original: Calla
     loop = PrefillLoop(runner)
     rt.loop = loop
     rt.device.empty_cache()  # LOAD's loop starts with the same flush
+    _start_trace(rt)
     loop.first_event = rt.device.log_position()
     module = _backend_module()
     start = time.perf_counter()
@@ -270,6 +271,18 @@ def _capture_and_keep(rt: runtime.SchedulerRuntime, runner: Any, original: Calla
 # ---- LOAD ----------------------------------------------------------------------------------------
 
 
+def _capture_stream_state(rt: runtime.SchedulerRuntime, loop: PrefillLoop) -> None:
+    """First shape, SAVE and LOAD alike (the current stream is the prefill capture stream): the
+    cuBLAS workspace and the generator's graph-safe RNG state, made by PyTorch in the same order on
+    both sides. PyTorch's cache must hold their blocks on both sides, or the small allocations SAVE
+    placed beside them would need a new block at LOAD."""
+    if loop.blas_ready:
+        return
+    loop.blas_ready = True
+    capture_patches.create_blas_workspace()
+    rt.graph_rng_state = capture_patches.hold_graph_rng_state()
+
+
 def _plan_problem(runner: Any, recorded: Any) -> str | None:
     """Why the archive's record cannot stand in for the prefill loop SGLang is about to run."""
     if not isinstance(recorded, Mapping) or not isinstance(recorded.get("shapes"), Mapping):
@@ -290,11 +303,7 @@ def _stand_in(rt: runtime.SchedulerRuntime, loop: PrefillLoop, backend: Any, sha
     if not isinstance(record, Mapping):
         raise MismatchError(f"the archive holds no prefill graph for {shape}")
     rt.device.tag(f"prefill capture {shape}")
-    if not loop.blas_ready:
-        # As SAVE did: PyTorch's cache must hold the workspace's block on both sides, or later
-        # small allocations SAVE placed beside it would need a new block here.
-        loop.blas_ready = True
-        capture_patches.create_blas_workspace()
+    _capture_stream_state(rt, loop)
     if options.warmup_forwards() == "paused":
         for _ in range(WARMUPS):
             rt.skipped("a prefill capture warmup forward")
@@ -307,6 +316,11 @@ def _stand_in(rt: runtime.SchedulerRuntime, loop: PrefillLoop, backend: Any, sha
     backend._capture_inputs[shape_key] = capture_inputs
     _trace(rt, f"load {shape}")
     rt.device.tag(f"prefill prepare after {shape}")
+
+
+def _start_trace(rt: runtime.SchedulerRuntime) -> None:
+    if options.prefill_trace() is not None:
+        rt.device.record_history()
 
 
 def _trace(rt: runtime.SchedulerRuntime, label: str) -> None:
@@ -330,6 +344,7 @@ def _stand_in_loop(rt: runtime.SchedulerRuntime, runner: Any, original: Callable
     loop = PrefillLoop(runner, recorded=recorded["shapes"])
     rt.loop = loop
     rt.device.empty_cache()
+    _start_trace(rt)
     start = time.perf_counter()
     try:
         with capture_patches.loop_without_gc("pcg.freeze_gc"):
@@ -395,9 +410,7 @@ def wrap_capture_one(original: Callable[..., Any]) -> Callable[..., Any]:
             return _stand_in(rt, loop, self, shape_key, kwargs.get("capture_inputs", args[0] if args else None))
         rt.device.tag(f"prefill capture {graph_name(shape_key)}")
         first = rt.device.log_position()
-        if not loop.blas_ready:
-            loop.blas_ready = True
-            capture_patches.create_blas_workspace()  # the current stream is the prefill capture stream
+        _capture_stream_state(rt, loop)
         result = original(self, shape_key, capture_patches.driven(rt, loop, forward_fn), *args, **kwargs)
         loop.windows[graph_name(shape_key)] = (first, rt.device.log_position())
         _trace(rt, f"save {graph_name(shape_key)}")
