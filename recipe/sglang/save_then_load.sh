@@ -8,10 +8,11 @@
 #   MODEL_DIR    default /tmp/tiny-qwen3 (written with tiny_model.py when missing, with random
 #                weights; a folder without *.safetensors runs on dummy weights)
 #   ARCHIVE_DIR  default /tmp/foundry-sglang-archive (removed first: the SAVE start writes it)
-# Env: SIZES (default "1 2 4 8 16 32") decode CUDA-graph batch sizes; CONTEXT_LENGTH (2048);
-#      MAX_RUNNING (32); MEM_FRACTION (0.5); PORT (30011); PROMPTS (32); TOKENS (64);
-#      PREFILL_GRAPHS=1: SGLang's default prefill graphs, with sglang-foundry's experimental switch
-#      FOUNDRY_SGLANG_PREFILL_GRAPHS=1 (default: --disable-prefill-cuda-graph);
+# Env: SIZES (default "1 2 4 8 16 32") decode CUDA-graph batch sizes, "default" for SGLang's own;
+#      CONTEXT_LENGTH (2048); MAX_RUNNING (32, "default" for SGLang's own); MEM_FRACTION (0.5);
+#      PORT (30011); PROMPTS (32); TOKENS (64);
+#      PREFILL_GRAPHS=0: --disable-prefill-cuda-graph (default: SGLang's default prefill graphs,
+#      saved and restored with the decode graphs);
 #      LENGTHS (5,60,300,900,1700): prompt lengths in tokens, one request each after the batch (prefill
 #      graphs are chosen by token count; each must fit CONTEXT_LENGTH with TOKENS);
 #      BASELINE=0 skips the unmodified start; DISABLE_OVERLAP=1 (default) passes
@@ -71,11 +72,17 @@ ensure_tiny_model "$MODEL"
 # fingerprint, and a LOAD with other flags falls back (which this script reports as a failure).
 # shellcheck disable=SC2206
 FLAGS=( --model-path "$MODEL" --load-format "$(load_format "$MODEL")" --attention-backend triton --sampling-backend pytorch
-        --cuda-graph-bs-decode $SIZES --disable-flashinfer-autotune
-        --mem-fraction-static "$MEM_FRACTION" --context-length "$CONTEXT_LENGTH" --max-running-requests "$MAX_RUNNING"
+        --disable-flashinfer-autotune --mem-fraction-static "$MEM_FRACTION" --context-length "$CONTEXT_LENGTH"
         --random-seed 0 --served-model-name tiny --host 127.0.0.1 --port "$PORT" )
-# Prefill graphs are experimental in sglang-foundry: on with PREFILL_GRAPHS=1 (its switch exported).
-if [ "${PREFILL_GRAPHS:-0}" = 1 ]; then export FOUNDRY_SGLANG_PREFILL_GRAPHS=1; else FLAGS+=( --disable-prefill-cuda-graph ); fi
+[ "$SIZES" = default ] || FLAGS+=( --cuda-graph-bs-decode $SIZES )
+[ "$MAX_RUNNING" = default ] || FLAGS+=( --max-running-requests "$MAX_RUNNING" )
+# What a LOAD start logs when it restored the graphs (with prefill graphs on: both kinds).
+RESTORED="foundry: restored [0-9]+ decode graphs in "
+if [ "${PREFILL_GRAPHS:-1}" = 1 ]; then
+  RESTORED="foundry: restored [0-9]+ decode graphs and [0-9]+ prefill graphs in "
+else
+  FLAGS+=( --disable-prefill-cuda-graph )
+fi
 [ "${DISABLE_OVERLAP:-1}" = 1 ] && FLAGS+=( --disable-overlap-schedule )
 [ "${SKIP_SERVER_WARMUP:-0}" = 1 ] && FLAGS+=( --skip-server-warmup )
 [ "${STEP_LOG:-0}" = 1 ] && FLAGS+=( --decode-log-interval 1 )
@@ -167,7 +174,7 @@ EOF
 
 if [ "${LOAD_ONLY:-0}" = 1 ]; then
   run load --foundry-archive "$ARCHIVE" --foundry-mode load
-  expect_restored "foundry: restored [0-9]+ decode graphs in "
+  expect_restored "$RESTORED"
   exit 0
 fi
 
@@ -183,11 +190,10 @@ fi
 run save --foundry-archive "$ARCHIVE" --foundry-mode save; names+=(save)
 # A start that fell back would still produce identical tokens: check each did what it was asked.
 expect_saved "foundry: captured [0-9]+ decode graphs in .* saved [0-9]+ graphs to "
-[ "${PREFILL_GRAPHS:-0}" != 1 ] || expect_saved "foundry: captured [0-9]+ prefill graphs "
+[ "${PREFILL_GRAPHS:-1}" != 1 ] || expect_saved "foundry: captured [0-9]+ prefill graphs "
 
 run load --foundry-archive "$ARCHIVE" --foundry-mode load; names+=(load)
-expect_restored "foundry: restored [0-9]+ decode graphs in "
-[ "${PREFILL_GRAPHS:-0}" != 1 ] || expect_restored "foundry: restored [0-9]+ decode graphs and [0-9]+ prefill graphs "
+expect_restored "$RESTORED"
 if grep -qE "foundry: .*(cannot load the archive|does not use the archive)" "$OUT/load.log"; then
   echo "the LOAD start fell back (see $OUT/load.log)" >&2; exit 1
 fi
@@ -203,13 +209,13 @@ if [ "${REPEAT:-1}" -gt 1 ]; then
   for i in $(seq 2 "$REPEAT"); do
     if [ "${BASELINE:-1}" = 1 ]; then run "baseline-$i"; names+=("baseline-$i"); fi
     run "load-$i" --foundry-archive "$ARCHIVE" --foundry-mode load; names+=("load-$i")
-    expect_log "$OUT/load-$i.log" "foundry: restored [0-9]+ decode graphs in " \
+    expect_log "$OUT/load-$i.log" "$RESTORED" \
       "the LOAD start load-$i restored no graphs (see $OUT/load-$i.log)"
     [ -n "${ALSO_INSTANTIATE:-}" ] || continue
     variant="load-$ALSO_INSTANTIATE-$i"
     FOUNDRY_SGLANG_INSTANTIATE=$ALSO_INSTANTIATE run "$variant" --foundry-archive "$ARCHIVE" --foundry-mode load
     names+=("$variant")
-    expect_log "$OUT/$variant.log" "foundry: restored [0-9]+ decode graphs in " \
+    expect_log "$OUT/$variant.log" "$RESTORED" \
       "the LOAD start $variant restored no graphs (see $OUT/$variant.log)"
   done
   compare_tokens "outputs differ from {ref}: {bad}" \

@@ -1282,12 +1282,12 @@ def _server_args(fake_sglang, **fields):
 def test_modes_accept_the_supported_configuration(fake_sglang):
     assert modes.unsupported_settings(_server_args(fake_sglang), environ={}) == []
     assert modes.graph_backends(_server_args(fake_sglang)) == ("full", "disabled")
-    # SGLang's default prefill graphs (the breakable backend): with the experimental switch only.
+    # SGLang's default prefill graphs (the breakable backend): supported unless the switch turns them off.
     default_prefill = _server_args(fake_sglang, disable_prefill_cuda_graph=False)
-    assert modes.unsupported_settings(default_prefill, environ={"FOUNDRY_SGLANG_PREFILL_GRAPHS": "1"}) == []
+    assert modes.unsupported_settings(default_prefill, environ={}) == []
     assert modes.graph_backends(default_prefill) == ("full", "breakable")
-    (problem,) = modes.unsupported_settings(default_prefill, environ={})
-    assert "FOUNDRY_SGLANG_PREFILL_GRAPHS=1" in problem and modes.PREFILL_FLAG in problem
+    (problem,) = modes.unsupported_settings(default_prefill, environ={"FOUNDRY_SGLANG_PREFILL_GRAPHS": "0"})
+    assert "FOUNDRY_SGLANG_PREFILL_GRAPHS=0" in problem and modes.PREFILL_FLAG in problem
 
 
 def test_modes_list_every_problem_at_once(fake_sglang):
@@ -1320,14 +1320,14 @@ def test_modes_read_the_raw_flags_of_an_unresolved_config():
     disabled = types.SimpleNamespace(cuda_graph_config={"decode": {"backend": "disabled"},
                                                         "prefill": {"backend": "disabled"}})
     assert any("nothing to save" in p for p in modes.unsupported_settings(disabled, environ={}))
-    opted_in = {"FOUNDRY_SGLANG_PREFILL_GRAPHS": "1"}
     default_prefill = types.SimpleNamespace(cuda_graph_config=None)  # SGLang's default: breakable
     assert modes.graph_backends(default_prefill) == (None, None)
-    assert modes.unsupported_settings(default_prefill, environ=opted_in) == []
-    assert "the default backend" in modes.unsupported_settings(default_prefill, environ={})[0]
+    assert modes.unsupported_settings(default_prefill, environ={}) == []
+    turned_off = modes.unsupported_settings(default_prefill, environ={"FOUNDRY_SGLANG_PREFILL_GRAPHS": "0"})
+    assert "the default backend" in turned_off[0]
     for backend in ("breakable", "disabled"):
         raw = types.SimpleNamespace(cuda_graph_config=None, cuda_graph_backend_prefill=backend)
-        assert modes.unsupported_settings(raw, environ=opted_in) == [], backend
+        assert modes.unsupported_settings(raw, environ={}) == [], backend
     for backend, why in (("full", "monolithic graph"), ("tc_piecewise", "torch.compile pieces")):
         raw = types.SimpleNamespace(cuda_graph_config=None, cuda_graph_backend_prefill=backend)
         (problem,) = modes.unsupported_settings(raw, environ={})

@@ -29,11 +29,6 @@ from test_sglang_plugin import BLAS_WORKSPACE, NAMES, RNG_STATE, FakeCUDAGraph, 
 from sglang_foundry import capture_patches, prefill_patches, seams
 
 
-@pytest.fixture(autouse=True)
-def prefill_graphs_on(monkeypatch):
-    """Prefill graphs are experimental, saved and restored only with the switch on."""
-    monkeypatch.setenv("FOUNDRY_SGLANG_PREFILL_GRAPHS", "1")
-
 # The fake SGLang's fixtures (pytest takes a module's fixtures from its attributes).
 clean_state, fake_torch, fake_sglang = plugin_tests.clean_state, plugin_tests.fake_torch, plugin_tests.fake_sglang
 scheduler = plugin_tests.scheduler

@@ -2,8 +2,8 @@
 
 Supported in this version: one GPU (tensor, pipeline, data, expert, attention-context and
 decode-context parallel size 1, one node), the decode CUDA graphs of the ``full`` backend
-(one torch CUDA graph per batch size), prefill graphs disabled (the ``breakable`` backend, SGLang's
-CUDA default, with ``FOUNDRY_SGLANG_PREFILL_GRAPHS=1``: experimental), no torch.compile, no speculative
+(one torch CUDA graph per batch size), the prefill graphs of the ``breakable`` backend (SGLang's CUDA
+default) or none, no torch.compile, no speculative
 decoding, no LoRA, no memory saver, no symmetric memory, no batch overlap or PD multiplexing, no
 hidden-state outputs, no PD disaggregation, no post-capture KV resizing.
 
@@ -136,8 +136,8 @@ def _graph_problems(server_args: Any, environ: Mapping[str, str]) -> list[str]:
                         "pass --cuda-graph-backend-decode full)")
     if prefill in (None, PREFILL_BACKEND) and not options.prefill_graphs(environ):
         shown = "the default" if prefill is None else repr(prefill)
-        problems.append(f"prefill CUDA graphs ({shown} backend) are restored only with {options.PREFILL_GRAPHS_ENV}=1 "
-                        f"in this version (experimental: its LOAD is not yet verified); pass {PREFILL_FLAG}")
+        problems.append(f"prefill CUDA graphs ({shown} backend) are turned off in sglang-foundry by "
+                        f"{options.PREFILL_GRAPHS_ENV}=0; pass {PREFILL_FLAG}, or unset it")
     elif prefill not in (None, DISABLED, PREFILL_BACKEND):
         why = PREFILL_REFUSED.get(prefill, "it is not one this version restores")
         problems.append(f"the prefill CUDA-graph backend {prefill!r} is not supported: {why} (supported: "

@@ -9,9 +9,10 @@
   ``FOUNDRY_SGLANG_INSTANTIATE_THREADS`` (default 4): how LOAD instantiates the restored graphs.
 - ``FOUNDRY_SGLANG_CHECK_METADATA=0``: LOAD no longer compares the attention-metadata addresses of
   each captured shape with SAVE's.
-- ``FOUNDRY_SGLANG_PREFILL_GRAPHS=1``: SGLang's prefill CUDA graphs (the ``breakable`` backend) are
-  saved and restored instead of refused. Experimental: SAVE is verified on a GPU, LOAD not yet (a
-  LOAD whose placements differ from SAVE's falls back to a normal start).
+- ``FOUNDRY_SGLANG_PREFILL_GRAPHS=0``: SGLang's prefill CUDA graphs (the ``breakable`` backend, its
+  CUDA default) are refused instead of saved and restored with the decode graphs (then start SGLang
+  with ``--disable-prefill-cuda-graph``). A LOAD whose prefill placements differ from SAVE's falls
+  back to a normal start either way.
 - ``FOUNDRY_SGLANG_PREFILL_TRACE=FILE``: each prefill shape's capture (SAVE) or stand-in (LOAD)
   appends PyTorch's cached segments at its end to FILE (JSON lines): what to compare when a LOAD's
   prefill placements diverge.
@@ -75,8 +76,8 @@ def check_metadata(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def prefill_graphs(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether SGLang's breakable prefill CUDA graphs are saved and restored (default no: refused)."""
-    return env_flag(PREFILL_GRAPHS_ENV, False, environ)
+    """Whether SGLang's breakable prefill CUDA graphs are saved and restored (default yes; 0 refuses them)."""
+    return env_flag(PREFILL_GRAPHS_ENV, True, environ)
 
 
 def prefill_trace(environ: Mapping[str, str] | None = None) -> str | None:

@@ -31,9 +31,11 @@ Checks: the token counts before the loop; after it, every placement so far again
 the decode restore's own checks. A failed check falls back: SGLang captures the prefill graphs
 normally (:meth:`PrefillRestore.recapture` when the decode restore fails after the loop).
 
-Experimental (``FOUNDRY_SGLANG_PREFILL_GRAPHS=1``, :mod:`sglang_foundry.modes`): on the H200 SAVE
-gives SGLang's outputs bit for bit, but LOAD's placement check still finds a block placed
-elsewhere after the first shape and falls back (docs/engine-sglang.md, section 6).
+Both sides begin the first shape alike: the capture stream's cuBLAS workspace, then the default
+CUDA generator registered with a graph that is never captured
+(:func:`sglang_foundry.capture_patches.hold_graph_rng_state`), so the small cached segment its
+graph-safe RNG state opens exists at LOAD too. On by default; ``FOUNDRY_SGLANG_PREFILL_GRAPHS=0``
+refuses these graphs (:mod:`sglang_foundry.modes`). H200 evidence: docs/engine-sglang.md, section 6.
 """
 
 from __future__ import annotations
