@@ -282,6 +282,7 @@ FAKE_SOURCES = {
             enable_lora: bool = False
             lora_paths: Optional[List[str]] = None
             enable_torch_compile: bool = False
+            torch_compile_max_bs: int = 32
             enable_memory_saver: bool = False
             enable_symm_mem: bool = False
             enable_return_hidden_states: bool = False
@@ -1290,6 +1291,25 @@ def test_modes_accept_the_supported_configuration(fake_sglang):
     assert "FOUNDRY_SGLANG_PREFILL_GRAPHS=0" in problem and modes.PREFILL_FLAG in problem
 
 
+def test_torch_compile_is_refused_unless_switched_on_and_never_with_cudagraph_trees(fake_sglang):
+    compiled = _server_args(fake_sglang, enable_torch_compile=True)
+    (problem,) = modes.unsupported_settings(compiled, environ={})
+    assert "--enable-torch-compile" in problem and "FOUNDRY_SGLANG_TORCH_COMPILE=1" in problem
+    on = {"FOUNDRY_SGLANG_TORCH_COMPILE": "1"}
+    assert modes.unsupported_settings(compiled, environ=on) == []
+    for mode in modes.COMPILE_MODES:
+        assert modes.unsupported_settings(compiled, environ={**on, "SGLANG_TORCH_COMPILE_MODE": mode}) == [], mode
+    for mode, why in (("reduce-overhead", "CUDA-graph trees"), ("max-autotune", "CUDA-graph trees"),
+                      ("fastest", "not a torch.compile mode")):
+        (problem,) = modes.unsupported_settings(compiled, environ={**on, "SGLANG_TORCH_COMPILE_MODE": mode})
+        assert f"SGLANG_TORCH_COMPILE_MODE={mode}" in problem and why in problem, problem
+    (problem,) = modes.unsupported_settings(compiled, environ={**on, "TORCHINDUCTOR_CUDAGRAPHS": "1"})
+    assert problem.startswith("TORCHINDUCTOR_CUDAGRAPHS=1")
+    # Without the flag the compile settings do not matter.
+    uncompiled = _server_args(fake_sglang)
+    assert modes.unsupported_settings(uncompiled, environ={"SGLANG_TORCH_COMPILE_MODE": "reduce-overhead"}) == []
+
+
 def test_modes_list_every_problem_at_once(fake_sglang):
     sa = _server_args(fake_sglang, disable_prefill_cuda_graph=False, tp_size=2, dp_size=2, enable_torch_compile=True,
                       enable_memory_saver=True, speculative_algorithm="EAGLE", enable_lora=True, enable_symm_mem=True,
@@ -1372,6 +1392,19 @@ def test_adapter_knobs_include_the_kernel_environment(fake_sglang):
                                                          "FOUNDRY_SGLANG_WARMUP_FORWARDS": "region"})
     assert fp["engine.knob.env"] == '{"SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS":"1"}'
     assert fp["engine.knob.warmup_forwards"] == "region"
+
+
+def test_a_compiled_start_fingerprints_its_compile_settings(fake_sglang):
+    plain_fp = fingerprint(_server_args(fake_sglang))
+    assert not any("torch_compile" in key for key in plain_fp)  # earlier archives keep their fingerprint
+    # A compiled start's own field, so that a LOAD against an uncompiled archive (or the reverse) names it.
+    environ = {"TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS": "TRITON", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x",
+               "TORCHINDUCTOR_COMPILE_THREADS": "8", "TORCHINDUCTOR_FX_GRAPH_CACHE": "1"}
+    fp = fingerprint(_server_args(fake_sglang, enable_torch_compile=True, torch_compile_max_bs=16), environ=environ)
+    assert json.loads(fp["engine.knob.torch_compile"]) == {
+        "max_bs": 16, "inductor_env": {"TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS": "TRITON"}}  # not the host's caches
+    other = fingerprint(_server_args(fake_sglang, enable_torch_compile=True, torch_compile_max_bs=8), environ=environ)
+    assert other["engine.knob.torch_compile"] != fp["engine.knob.torch_compile"]
 
 
 def test_adapter_record_state_needs_the_kv_pool(fake_sglang):

@@ -38,7 +38,7 @@ from sglang_foundry.modes import PREFILL_BACKEND, graph_backends, setting
 
 logger = logging.getLogger("foundry.sglang")
 
-__all__ = ["ENGINE_NAME", "GRAPH_ENV", "KNOB_FIELDS", "SglangAdapter", "hf_config_hash", "plain"]
+__all__ = ["ENGINE_NAME", "GRAPH_ENV", "KNOB_FIELDS", "SglangAdapter", "hf_config_hash", "inductor_settings", "plain"]
 
 ENGINE_NAME = "sglang"
 # Environment variables that change which kernels SGLang builds into the decode graphs.
@@ -63,6 +63,18 @@ KNOB_FIELDS = (
 # ``value`` as JSON-able data with a stable text (foundry_core.engine.values.plain); SGLang's
 # msgspec-style configs are read through their ``to_dict`` when they have no ``model_dump``.
 plain = functools.partial(values.plain, dumps=("model_dump", "to_dict"))
+
+
+# Inductor variables that name where it caches, how many threads compile, or what it logs: they do
+# not change the kernels it builds, so they stay out of the fingerprint.
+_INDUCTOR_HOST_ONLY = ("CACHE", "THREADS", "DEBUG", "TRACE", "LOG")
+
+
+def inductor_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """The ``TORCHINDUCTOR_*`` variables that can change what Inductor builds (a compiled start's
+    fingerprint)."""
+    return {k: v for k, v in sorted(environ.items())
+            if k.startswith("TORCHINDUCTOR_") and not any(word in k for word in _INDUCTOR_HOST_ONLY)}
 
 
 def hf_config_hash(model_config: Any) -> str | None:
@@ -146,4 +158,7 @@ class SglangAdapter(EngineAdapter):
         env = {k: self._environ[k] for k in GRAPH_ENV if k in self._environ}
         if env:
             knobs["env"] = env
+        if setting(sa, "enable_torch_compile", False):  # absent otherwise: earlier archives keep their fingerprint
+            knobs["torch_compile"] = {"max_bs": plain(getattr(sa, "torch_compile_max_bs", None)),
+                                      "inductor_env": inductor_settings(self._environ)}
         return knobs

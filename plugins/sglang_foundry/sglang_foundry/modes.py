@@ -3,7 +3,8 @@
 Supported in this version: one GPU (tensor, pipeline, data, expert, attention-context and
 decode-context parallel size 1, one node), the decode CUDA graphs of the ``full`` backend
 (one torch CUDA graph per batch size), the prefill graphs of the ``breakable`` backend (SGLang's CUDA
-default) or none, no torch.compile, no speculative
+default) or none, torch.compile only with ``FOUNDRY_SGLANG_TORCH_COMPILE=1`` (experimental) and
+without CUDA-graph trees, no speculative
 decoding, no LoRA, no memory saver, no symmetric memory, no batch overlap or PD multiplexing, no
 hidden-state outputs, no PD disaggregation, no post-capture KV resizing.
 
@@ -14,7 +15,11 @@ Why each refusal (SGLang 0.5.17 source):
   does not save; ``SGLANG_ENABLE_CUDA_GRAPH_DEDUP``: one executable shared by several segments;
 - decode backend other than ``full``: ``breakable`` captures through another backend class;
   ``disabled`` captures nothing, so there is nothing to save or restore;
-- torch.compile: Inductor compiles and autotunes inside the capture warmups, which LOAD skips;
+- torch.compile: compiled in the first capture warmup of each size and called only in the
+  warmups and the capture, which LOAD replaces, so LOAD needs none of it; but not yet run on a GPU
+  (opt in with ``FOUNDRY_SGLANG_TORCH_COMPILE=1``). Modes with CUDA-graph trees
+  (``SGLANG_TORCH_COMPILE_MODE=reduce-overhead|max-autotune``, ``TORCHINDUCTOR_CUDAGRAPHS=1``) record
+  Inductor's own graphs in a private pool inside SGLang's capture: refused;
 - memory saver: torch_memory_saver preloads its own allocator and maps weights, KV and graphs
   outside the deterministic region;
 - symmetric memory, NCCL NVLS, MSCCL++: NCCL memory pools the region cannot back;
@@ -58,9 +63,12 @@ PREFILL_REFUSED = {
 DISABLED = "disabled"
 _TRUE = ("1", "true", "yes", "y")
 
+# torch.compile modes (SGLANG_TORCH_COMPILE_MODE) without CUDA-graph trees; SGLang's default first.
+COMPILE_MODES = ("max-autotune-no-cudagraphs", "default")
+_CUDAGRAPH_TREE_MODES = ("reduce-overhead", "max-autotune")
+
 # (field, what to say) for boolean ServerArgs fields that must be off.
 _MUST_BE_OFF = (
-    ("enable_torch_compile", "torch.compile (--enable-torch-compile) compiles inside the capture warmups LOAD skips"),
     ("enable_memory_saver", "--enable-memory-saver preloads torch_memory_saver, whose allocator bypasses the "
                             "deterministic region"),
     ("enable_symm_mem", "--enable-symm-mem allocates NCCL symmetric memory the region cannot back"),
@@ -145,6 +153,24 @@ def _graph_problems(server_args: Any, environ: Mapping[str, str]) -> list[str]:
     return problems
 
 
+def _compile_problems(server_args: Any, environ: Mapping[str, str]) -> list[str]:
+    if not setting(server_args, "enable_torch_compile", False):
+        return []
+    if not options.torch_compile(environ):
+        return [f"torch.compile (--enable-torch-compile) is saved and restored only with {options.TORCH_COMPILE_ENV}=1 "
+                "in this version (experimental: not yet run on a GPU); drop the flag, or set it"]
+    problems = []
+    mode = environ.get("SGLANG_TORCH_COMPILE_MODE", "").strip()
+    if mode and mode not in COMPILE_MODES:
+        why = ("records Inductor's own CUDA graphs (CUDA-graph trees) inside SGLang's capture"
+               if mode in _CUDAGRAPH_TREE_MODES else "is not a torch.compile mode this version knows")
+        problems.append(f"SGLANG_TORCH_COMPILE_MODE={mode} {why}; use {' or '.join(COMPILE_MODES)} (or unset it)")
+    if _env_true(environ, "TORCHINDUCTOR_CUDAGRAPHS"):
+        problems.append("TORCHINDUCTOR_CUDAGRAPHS=1 makes Inductor record CUDA graphs of its own inside SGLang's capture "
+                        "(unset it)")
+    return problems
+
+
 def _env_true(environ: Mapping[str, str], name: str) -> bool:
     return environ.get(name, "").strip().lower() in _TRUE
 
@@ -153,7 +179,7 @@ def unsupported_settings(server_args: Any, environ: Mapping[str, str] | None = N
     """Every setting of ``server_args`` (and of the environment) this version cannot handle, as
     one message each; empty when everything is supported."""
     env = os.environ if environ is None else environ
-    problems = _graph_problems(server_args, env)
+    problems = _graph_problems(server_args, env) + _compile_problems(server_args, env)
     for name in _PARALLEL:
         value = setting(server_args, name, 1)
         if value != 1:

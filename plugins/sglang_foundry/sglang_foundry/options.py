@@ -13,6 +13,9 @@
   CUDA default) are refused instead of saved and restored with the decode graphs (then start SGLang
   with ``--disable-prefill-cuda-graph``). A LOAD whose prefill placements differ from SAVE's falls
   back to a normal start either way.
+- ``FOUNDRY_SGLANG_TORCH_COMPILE=1``: decode graphs captured from SGLang's torch.compile'd forward
+  (``--enable-torch-compile``) are saved and restored instead of refused. Experimental: not yet run
+  on a GPU (docs/engine-sglang.md, section 7).
 - ``FOUNDRY_SGLANG_PREFILL_TRACE=FILE``: each prefill shape's capture (SAVE) or stand-in (LOAD)
   appends PyTorch's cached segments at its end to FILE (JSON lines): what to compare when a LOAD's
   prefill placements diverge.
@@ -32,6 +35,7 @@ INSTANTIATE_THREADS_ENV = "FOUNDRY_SGLANG_INSTANTIATE_THREADS"
 CHECK_METADATA_ENV = "FOUNDRY_SGLANG_CHECK_METADATA"
 PREFILL_GRAPHS_ENV = "FOUNDRY_SGLANG_PREFILL_GRAPHS"
 PREFILL_TRACE_ENV = "FOUNDRY_SGLANG_PREFILL_TRACE"
+TORCH_COMPILE_ENV = "FOUNDRY_SGLANG_TORCH_COMPILE"
 _FALSE = ("0", "false", "no", "off")
 
 
@@ -78,6 +82,11 @@ def check_metadata(environ: Mapping[str, str] | None = None) -> bool:
 def prefill_graphs(environ: Mapping[str, str] | None = None) -> bool:
     """Whether SGLang's breakable prefill CUDA graphs are saved and restored (default yes; 0 refuses them)."""
     return env_flag(PREFILL_GRAPHS_ENV, True, environ)
+
+
+def torch_compile(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``--enable-torch-compile`` starts are saved and restored (default no: refused)."""
+    return env_flag(TORCH_COMPILE_ENV, False, environ)
 
 
 def prefill_trace(environ: Mapping[str, str] | None = None) -> str | None:
