@@ -26,6 +26,7 @@ from foundry_core.engine.values import plain
 
 from vllm_foundry import ranks
 from vllm_foundry.config import config_value as _get
+from vllm_foundry.config import uses_v2_runner
 
 logger = logging.getLogger("foundry.vllm")
 
@@ -98,7 +99,7 @@ class VllmAdapter(EngineAdapter):
         sched = _get(self.config, "scheduler_config")
         knobs: dict[str, Any] = {
             "cudagraph_mode": plain(_get(cc, "cudagraph_mode")),
-            "model_runner": "v2" if _get(self.config, "use_v2_model_runner", default=False) else "v1",
+            "model_runner": "v2" if uses_v2_runner(self.config) else "v1",
             "compilation_mode": plain(_get(cc, "mode")),
             "compile_backend": plain(_get(cc, "backend")),
             "custom_ops": plain(_get(cc, "custom_ops")),

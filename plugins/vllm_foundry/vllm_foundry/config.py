@@ -8,9 +8,12 @@ setting that runs vLLM without Foundry, which every refusal of a configuration e
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
-__all__ = ["OFF_HINT", "config_value", "mode_name"]
+__all__ = ["OFF_HINT", "config_value", "mode_name", "uses_v2_runner"]
+
+V1_RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"  # removed in vLLM 0.34.0
 
 OFF_HINT = "start vLLM with --foundry-mode off (or FOUNDRY_MODE=off) to run it without Foundry"
 
@@ -34,3 +37,18 @@ def mode_name(mode: Any) -> str:
         return name
     text = str(mode)
     return text.rsplit(".", 1)[-1].upper()
+
+
+def uses_v2_runner(vllm_config: Any, worker: Any = None) -> bool:
+    """Whether vLLM runs its V2 GPU model runner. Releases up to 0.33 name their choice
+    (``Worker.use_v2_model_runner``, ``VllmConfig.use_v2_model_runner``); 0.34.0 removed the V1
+    runner and the attribute with it, so where the attribute is absent and the V1 runner's module
+    is gone, V2 is the only runner."""
+    for obj in (worker, vllm_config):
+        value = getattr(obj, "use_v2_model_runner", None) if obj is not None else None
+        if value is not None:
+            return bool(value)
+    try:
+        return importlib.util.find_spec(V1_RUNNER_MODULE) is None
+    except (ImportError, ValueError, AttributeError):  # no vLLM here (or a stand-in without packages)
+        return False

@@ -26,7 +26,7 @@ from foundry_core.engine.options import env_flag
 from foundry_core.errors import UnsupportedError
 
 from vllm_foundry import piecewise, ranks
-from vllm_foundry.config import OFF_HINT, config_value, mode_name  # re-exported: the patches read them here
+from vllm_foundry.config import OFF_HINT, config_value, mode_name, uses_v2_runner  # re-exported: the patches read them here
 
 SUPPORTED_CUDAGRAPH_MODES = ("FULL_DECODE_ONLY",)  # and the piecewise ones below, unless turned off
 CUDAGRAPH_MODE_FLAG = "-cc.cudagraph_mode=FULL_DECODE_ONLY"
@@ -79,7 +79,7 @@ def unsupported_settings(vllm_config: Any, use_v2_model_runner: bool | None = No
     """Every setting of ``vllm_config`` this version cannot handle, as one message each."""
     problems = []
     if use_v2_model_runner is None:
-        use_v2_model_runner = bool(config_value(vllm_config, "use_v2_model_runner", default=False))
+        use_v2_model_runner = uses_v2_runner(vllm_config)
     if config_value(vllm_config, "model_config", "enforce_eager", default=False):
         problems.append("enforce_eager=True captures no CUDA graphs, so there is nothing to save or restore "
                         "(drop --enforce-eager)")

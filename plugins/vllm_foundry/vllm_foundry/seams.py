@@ -68,7 +68,7 @@ SEAMS: tuple[Seam, ...] = (
     Seam("config.cudagraph_mode", "vllm.config.compilation", "CUDAGraphMode", "enum",
          members=("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"),
          purpose="the supported-mode check (FULL_AND_PIECEWISE, FULL_DECODE_ONLY)"),
-    # vLLM 0.34.0 no longer defines it: read with getattr (absent: the V1 runner's checks apply).
+    # vLLM 0.34.0 removed the V1 runner and this property (config.uses_v2_runner: V2 where it is absent).
     Seam("config.use_v2", "vllm.config.vllm", "VllmConfig.use_v2_model_runner", "property",
          params=("self",), required=False, purpose="V2 model runner check"),
     Seam("config.model_hash", "vllm.config.model", "ModelConfig.compute_hash", "method",

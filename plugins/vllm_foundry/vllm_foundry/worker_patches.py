@@ -44,7 +44,7 @@ logger = logging.getLogger("foundry.vllm")
 def check_worker_process(worker: Any) -> None:
     """Refuses (before any device work) what this version cannot do; see modes.py."""
     vllm_config = getattr(worker, "vllm_config", None)
-    modes.check_supported(vllm_config, getattr(worker, "use_v2_model_runner", None))
+    modes.check_supported(vllm_config, modes.uses_v2_runner(vllm_config, worker))
     if not preload_active():
         raise StateError(
             f"vllm-foundry: libfoundry.so is not preloaded in this vLLM worker process (pid {os.getpid()}), so the "
