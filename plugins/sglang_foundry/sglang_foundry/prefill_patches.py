@@ -270,7 +270,7 @@ def _capture_and_keep(rt: runtime.SchedulerRuntime, runner: Any, original: Calla
     return result
 
 
-# ---- LOAD ----------------------------------------------------------------------------------------
+# ---- SAVE and LOAD alike ------------------------------------------------------------------------
 
 
 def _capture_stream_state(rt: runtime.SchedulerRuntime, loop: PrefillLoop) -> None:
@@ -283,6 +283,10 @@ def _capture_stream_state(rt: runtime.SchedulerRuntime, loop: PrefillLoop) -> No
     loop.blas_ready = True
     capture_patches.create_blas_workspace()
     rt.graph_rng_state = capture_patches.hold_graph_rng_state()
+
+
+
+# ---- LOAD ----------------------------------------------------------------------------------------
 
 
 def _plan_problem(runner: Any, recorded: Any) -> str | None:
