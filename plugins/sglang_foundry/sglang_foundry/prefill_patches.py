@@ -285,7 +285,6 @@ def _capture_stream_state(rt: runtime.SchedulerRuntime, loop: PrefillLoop) -> No
     rt.graph_rng_state = capture_patches.hold_graph_rng_state()
 
 
-
 # ---- LOAD ----------------------------------------------------------------------------------------
 
 
