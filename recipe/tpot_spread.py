@@ -1,13 +1,15 @@
-"""Decode TPOT over several starts of each kind, against the spread of the reference starts.
+"""Per-start timings (TPOT, time to first token) over repeated starts, against the reference's spread.
 
-Usage: python recipe/tpot_spread.py DIR [--reference NAME] [--key KEY]
+Usage: python recipe/tpot_spread.py DIR [--reference NAME] [--key KEY] [--label b|n]
 
 Reads DIR/<kind>-<n>.json and DIR/<kind>.json (start 0 of its kind): the recipes' per-start
-results, each with ``tpot_ms`` (or KEY, e.g. SGLang's ``step_tpot_ms``) per batch size. Prints, per kind and batch size, the median over its starts and their range; then, per
-other kind, its median against the reference's (default: the first kind in name order) next to
-the reference's own range. Two starts replaying the same natively captured graphs differ by a
-few percent (process start, memory placement, host load), so a difference inside that range
-says nothing; repeated starts are what can tell a 1 % difference from it.
+results, each with ``tpot_ms`` per batch size (or KEY: SGLang's ``step_tpot_ms``, or ``ttft_ms`` per
+prompt length with ``--label n``). Prints, per kind and column, the median over its starts and
+their range; then, per other kind, its median against the reference's (default: the first kind
+in name order) next to the reference's own range. Two starts replaying the same natively
+captured graphs differ by a few percent (process start, memory placement, host load), so a
+difference inside that range says nothing; repeated starts are what can tell a 1 % difference
+from it.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ def spread(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
 
-def table(kinds: dict[str, list[dict[str, float]]], reference: str) -> list[str]:
+def table(kinds: dict[str, list[dict[str, float]]], reference: str, label: str = "b") -> list[str]:
+    """LABEL prefixes each column's key: b for a batch size, n for a prompt length in tokens."""
     batches = sorted({b for starts in kinds.values() for t in starts for b in t}, key=int)
-    lines = ["| kind | starts | " + " | ".join(f"b{b} ms median (min-max)" for b in batches) + " |",
+    lines = ["| kind | starts | " + " | ".join(f"{label}{b} ms median (min-max)" for b in batches) + " |",
              "|" + "---|" * (len(batches) + 2)]
     for kind, starts in kinds.items():
         cells = []
@@ -47,7 +50,7 @@ def table(kinds: dict[str, list[dict[str, float]]], reference: str) -> list[str]
             values = [t[b] for t in starts if b in t]
             cells.append("%.3f (%.3f-%.3f)" % spread(values) if values else "-")
         lines.append(f"| {kind} | {len(starts)} | " + " | ".join(cells) + " |")
-    lines += ["", f"| kind vs {reference} | " + " | ".join(f"b{b}" for b in batches) + " |",
+    lines += ["", f"| kind vs {reference} | " + " | ".join(f"{label}{b}" for b in batches) + " |",
               "|" + "---|" * (len(batches) + 1)]
     ref = kinds[reference]
     ref_range = []
@@ -74,6 +77,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("dir", type=Path)
     p.add_argument("--reference")
     p.add_argument("--key", default="tpot_ms", help="the per-start numbers to compare (default: tpot_ms)")
+    p.add_argument("--label", default="b", help="the column prefix: b (batch size, default) or n (prompt tokens, ttft_ms)")
     args = p.parse_args(argv)
     kinds = runs_by_kind(args.dir, args.key)
     if not kinds:
@@ -83,7 +87,7 @@ def main(argv: list[str]) -> int:
     if reference not in kinds:
         print(f"no starts of kind {reference!r} in {args.dir} (found {', '.join(kinds)})", file=sys.stderr)
         return 1
-    print("\n".join(table(kinds, reference)))
+    print("\n".join(table(kinds, reference, args.label)))
     return 0
 
 

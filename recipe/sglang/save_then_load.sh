@@ -26,7 +26,9 @@
 #      JIT-compiles kernels); TPOT: batch sizes to time decode at (e.g. 1,8,32,128; each needs a
 #      captured size at least as large and MAX_RUNNING at least as large), the median over 3 of
 #      (a request of 65 tokens - one of 1 token) / 64, so the prefill and HTTP cost cancel;
-#      TPOT_REPS (3): repetitions of that measurement; REPEAT (1): after the checks, REPEAT-1 more
+#      TPOT_REPS (3): repetitions of that measurement (and of TTFT's); TTFT: prompt lengths in
+#      tokens to time the first token at (e.g. 60,900,1700: the median of TPOT_REPS requests of
+#      one output token, each prompt new to the prefix cache); REPEAT (1): after the checks, REPEAT-1 more
 #      pairs of an unmodified start (baseline-N, with BASELINE=1) and a LOAD start (load-N),
 #      alternating, for TPOT over several starts (recipe/tpot_spread.py); LOAD_ONLY=1: keep the
 #      archive and run the LOAD start alone (it must restore); CPU_LIST: run every start's
@@ -114,11 +116,13 @@ run() {  # NAME [foundry flags...]: one start, its /health time and greedy token
   run_when_healthy "$PORT" "${START_TIMEOUT:-900}" "$SERVER_PGID" "$t0" \
     "sglang.launch_server exited before /health answered" "timed out after {limit:.0f} s waiting for /health" \
     "$PORT" "$OUT/$name.json" "$PROMPTS" "$TOKENS" "${TPOT:-}" "${TPOT_REPS:-3}" "${LENGTHS-5,60,300,900,1700}" \
+    "${TTFT:-}" \
     <<'EOF' || rc=$?
 import json, statistics, sys, time, urllib.request
 port, out, prompts, tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 tpot_batches, reps = [int(b) for b in sys.argv[5].split(",") if b.strip()], int(sys.argv[6])
-lengths, ready = [int(n) for n in sys.argv[7].split(",") if n.strip()], float(sys.argv[8])
+lengths = [int(n) for n in sys.argv[7].split(",") if n.strip()]
+ttft_lengths, ready = [int(n) for n in sys.argv[8].split(",") if n.strip()], float(sys.argv[9])
 base = f"http://127.0.0.1:{port}"
 
 def post(path, body):
@@ -155,12 +159,26 @@ def tpot_samples_ms(batch, steps=64):
     timed(steps + 1)  # first use of this batch size
     return [(timed(steps + 1) - timed(1)) / steps * 1e3 for _ in range(reps)]
 
+def ttft_samples_ms(n):
+    # A first token alone: the prefill of n tokens, its sampling, and the HTTP round trip. The
+    # first token of each prompt is its own, so SGLang's prefix cache never serves a prefill.
+    def timed(r):
+        prompt = [20000 + 50 * n + r] + [(7 * i) % 997 + 100 for i in range(n - 1)]
+        start = time.perf_counter()
+        generate([prompt], 1, key="input_ids")
+        return (time.perf_counter() - start) * 1e3
+    timed(0)  # first use of this token count
+    return [timed(r + 1) for r in range(reps)]
+
 samples = {str(b): tpot_samples_ms(b) for b in tpot_batches}
 tpot = {b: statistics.median(s) for b, s in samples.items()}
-json.dump({"ready_s": ready, "tokens": ids, "logprobs": logprobs, "tpot_ms": tpot, "tpot_samples_ms": samples},
-          open(out, "w"))
+ttft_samples = {str(n): ttft_samples_ms(n) for n in ttft_lengths}
+ttft = {n: statistics.median(s) for n, s in ttft_samples.items()}
+json.dump({"ready_s": ready, "tokens": ids, "logprobs": logprobs, "tpot_ms": tpot, "tpot_samples_ms": samples,
+           "ttft_ms": ttft, "ttft_samples_ms": ttft_samples}, open(out, "w"))
 shown = " ".join(f"b{b}={ms:.2f}ms" for b, ms in tpot.items())
-print(f"/health 200 after {ready:.1f} s; {len(ids)} completions of {tokens} tokens; TPOT {shown or '-'}")
+first = " ".join(f"n{n}={ms:.2f}ms" for n, ms in ttft.items())
+print(f"/health 200 after {ready:.1f} s; {len(ids)} completions of {tokens} tokens; TPOT {shown or '-'}; TTFT {first or '-'}")
 EOF
   stop_server
   grep -E "foundry:|Capture .*decode|KV Cache is allocated" "$OUT/$name.log" || true
@@ -224,12 +242,22 @@ fi
 
 # FALLBACKS=1: a corrupted archive (mode load) and a foreign one (saved with another context
 # length; mode auto) must each start normally, say why in a foundry: line, and give the same tokens.
+# With prefill graphs on, a start without them (mode load) must refuse the archive by that setting.
 [ "${FALLBACKS:-0}" = 1 ] || exit 0
+if [ "${PREFILL_GRAPHS:-1}" = 1 ]; then
+  run no-prefill-graphs --foundry-archive "$ARCHIVE" --foundry-mode load --disable-prefill-cuda-graph
+  expect_log "$OUT/no-prefill-graphs.log" "foundry: .*cannot load the archive .*prefill_cuda_graph" \
+    "a start without prefill graphs did not refuse the archive by that setting (see $OUT/no-prefill-graphs.log)"
+  # Eager prefill is not the graphs' prefill: its outputs are reported, not required to match.
+  "$PYTHON" "$HERE/../same_outputs.py" "$OUT/save.json" "$OUT/no-prefill-graphs.json" \
+    | sed 's/^/no-prefill-graphs against save (eager prefill, for information): /' || true
+fi
 corrupt_archive_copy "$ARCHIVE" "$ARCHIVE-corrupt"
 run corrupt --foundry-archive "$ARCHIVE-corrupt" --foundry-mode load
 expect_log "$OUT/corrupt.log" "foundry: .*cannot load the archive" "the corrupted archive was not refused (see $OUT/corrupt.log)"
 rm -rf "$ARCHIVE-foreign" && cp -r "$ARCHIVE" "$ARCHIVE-foreign"
-run foreign --foundry-archive "$ARCHIVE-foreign" --foundry-mode auto --context-length 1024
+# Twice the context, so that every prompt of LENGTHS still fits.
+run foreign --foundry-archive "$ARCHIVE-foreign" --foundry-mode auto --context-length $((CONTEXT_LENGTH * 2))
 expect_log "$OUT/foreign.log" "foundry: .*does not use the archive" "the foreign archive was not refused (see $OUT/foreign.log)"
 expect_log "$OUT/foreign.log" "foundry: captured [0-9]+ decode graphs in .* saved" "auto mode saved no fresh archive (see $OUT/foreign.log)"
 compare_tokens "outputs differ from {ref}: {bad}" \

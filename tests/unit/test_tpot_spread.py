@@ -47,3 +47,15 @@ def test_another_key_is_compared_when_asked(tmp_path, capsys):
     assert "| load: median against baseline's | +0.0 % |" in out
     assert tpot_spread.main([str(tmp_path), "--key", "missing_ms"]) == 1
     assert "no <kind>-<n>.json with missing_ms" in capsys.readouterr().err
+
+
+def test_prompt_lengths_are_labelled_as_such(tmp_path, capsys):
+    # TTFT per prompt length: the columns say n<tokens>, not b<batch>.
+    for name, ms in (("baseline", 30.0), ("baseline-2", 32.0), ("load", 31.0)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"ttft_ms": {"900": ms}}))
+    assert tpot_spread.main([str(tmp_path), "--reference", "baseline", "--key", "ttft_ms", "--label", "n"]) == 0
+    out = capsys.readouterr().out
+    assert "| kind | starts | n900 ms median (min-max) |" in out
+    assert "| baseline | 2 | 31.000 (30.000-32.000) |" in out
+    assert "| load: median against baseline's | +0.0 % |" in out
+    assert "b900" not in out
