@@ -710,10 +710,23 @@ FAKE_SOURCES = {
             LOG.append("gc.collect")
             yield
     """,
+    "sglang.srt.compilation.torch_compile_decoration": """
+        import contextlib
+        import os
+
+        @contextlib.contextmanager
+        def patch_model(model, enable_compile, num_tokens, tp_group=None):
+            if enable_compile:  # never in these tests (the fake has no compiler)
+                import torch
+                yield torch.compile(model.forward, mode=os.environ.get("SGLANG_TORCH_COMPILE_MODE"))
+            else:
+                yield model.forward
+    """,
     "sglang.srt.model_executor.runner.decode_cuda_graph_runner": """
         import types
 
         from sglang import LOG, FakeTensor, KNOBS
+        from sglang.srt.compilation import torch_compile_decoration
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
         from sglang.srt.model_executor.runner.base_cuda_graph_runner import freeze_gc
         from sglang.srt.model_executor.runner.base_runner import BaseRunner
@@ -741,8 +754,13 @@ FAKE_SOURCES = {
             def capture(self):
                 self.warmup()
                 with freeze_gc(False):
-                    for bs in reversed(self.capture_bs):
-                        self.capture_one_shape(bs, self.model_runner.model.forward)
+                    self._capture_one_stream()
+
+            def _capture_one_stream(self, stream_idx=None):
+                for bs in reversed(self.capture_bs):
+                    with torch_compile_decoration.patch_model(self.model_runner.model, bs in self.compile_bs,
+                                                              num_tokens=bs) as forward:
+                        self.capture_one_shape(bs, forward, stream_idx)
 
             def capture_prepare(self, bs):
                 LOG.append(("prepare", bs))

@@ -44,6 +44,7 @@ _SCHEDULER = "sglang.srt.managers.scheduler"
 _BCG = "sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph"
 _PCGR = "sglang.srt.model_executor.runner.prefill_cuda_graph_runner"
 _BCGB = "sglang.srt.model_executor.runner_backend.breakable_cuda_graph_backend"
+_TCD = "sglang.srt.compilation.torch_compile_decoration"
 
 SEAMS: tuple[Seam, ...] = (
     # ---- plugin loading and processes ------------------------------------------------------
@@ -194,6 +195,16 @@ SEAMS: tuple[Seam, ...] = (
          purpose="the segments and the eager calls between them, which a restored prefill graph fills"),
     Seam("bcg.graph_replay", _BCG, "BreakableCUDAGraph.replay", "method", params=("self",), calls=("seg.replay",),
          purpose="replays each segment, then the eager call after it, on the current stream"),
+    # ---- torch.compile (experimental): read for the mode check, never wrapped ---------------
+    Seam("compile.mode_env", _TCD, "SGLANG_TORCH_COMPILE_MODE", "env", required=False,
+         purpose="the torch.compile mode the mode check reads: modes that record CUDA-graph trees are refused"),
+    Seam("compile.patch_model", _TCD, "patch_model", "function", params=("model", "enable_compile", "num_tokens"),
+         calls=("torch.compile",), required=False,
+         purpose="compiles model.forward for one decode size and yields it inside the capture loop only: replay "
+                 "never calls it, so a LOAD that runs no forwards compiles nothing"),
+    Seam("compile.decode_loop", _DCGR, "DecodeCudaGraphRunner._capture_one_stream", "method", params=("self",),
+         calls=("torch_compile_decoration.patch_model",), required=False,
+         purpose="the decode capture loop enters patch_model once per size"),
     Seam("out.logits_output", "sglang.srt.layers.logits_processor", "LogitsProcessorOutput.hidden_states",
          "constant",
          purpose="the decode graphs' output object (a dataclass), rebuilt at LOAD around the restored tensors"),
@@ -203,8 +214,8 @@ TABLE = SeamTable(
     engine="SGLang", package="sglang", tested_versions=TESTED_VERSIONS, seams=SEAMS,
     # Only read or recognised, never wrapped: load_plugins is called from other modules,
     # run_scheduler_process is a spawn target, not a call, and the breakable graph's functions are
-    # read (eager_on_graph's closures) or called (_copy_output).
-    read_only_modules=("sglang.srt.plugins", _SCHEDULER, _BCG),
+    # read (eager_on_graph's closures) or called (_copy_output); torch.compile's are only checked.
+    read_only_modules=("sglang.srt.plugins", _SCHEDULER, _BCG, _TCD),
 )
 
 BY_NAME: dict[str, Seam] = TABLE.by_name
