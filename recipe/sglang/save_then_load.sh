@@ -31,7 +31,8 @@
 #      one output token, each prompt new to the prefix cache); REPEAT (1): after the checks, REPEAT-1 more
 #      pairs of an unmodified start (baseline-N, with BASELINE=1) and a LOAD start (load-N),
 #      alternating, for TPOT over several starts (recipe/tpot_spread.py); LOAD_ONLY=1: keep the
-#      archive and run the LOAD start alone (it must restore); CPU_LIST: run every start's
+#      archive and run the LOAD start alone (it must restore); BASELINE_ONLY=N: N unmodified
+#      starts alone, their outputs compared with each other (the engine's own repeatability); CPU_LIST: run every start's
 #      processes on these CPUs only (taskset -c, e.g. the GPU's NUMA node from nvidia-smi topo -m),
 #      so that starts compared for TPOT do not differ in where the host placed them; STEP_LOG=1:
 #      SGLang logs every decode step (--decode-log-interval 1) and each start's JSON also gets
@@ -189,6 +190,17 @@ EOF
     "$PYTHON" "$HERE/step_tpot.py" "$OUT/$name.log" "$OUT/$name.json" "$TPOT"
   fi
 }
+
+# BASELINE_ONLY=N: N unmodified starts and nothing else, compared with each other (does this
+# configuration give the same outputs from one unmodified start to the next?).
+if [ "${BASELINE_ONLY:-0}" -gt 0 ]; then
+  names=(baseline)
+  run baseline
+  for i in $(seq 2 "$BASELINE_ONLY"); do run "baseline-$i"; names+=("baseline-$i"); done
+  compare_tokens "unmodified starts differ from {ref}: {bad}" \
+    "identical {what} ({count} completions, {distinct} distinct) across {names}" "${names[@]}"
+  exit 0
+fi
 
 if [ "${LOAD_ONLY:-0}" = 1 ]; then
   run load --foundry-archive "$ARCHIVE" --foundry-mode load
