@@ -28,13 +28,14 @@
 #      (a request of 65 tokens - one of 1 token) / 64, so the prefill and HTTP cost cancel;
 #      TPOT_REPS (3): repetitions of that measurement (and of TTFT's); TTFT: prompt lengths in
 #      tokens to time the first token at (e.g. 60,900,1700: the median of TPOT_REPS requests of
-#      one output token, each prompt new to the prefix cache); REPEAT (1): after the checks, REPEAT-1 more
-#      pairs of an unmodified start (baseline-N, with BASELINE=1) and a LOAD start (load-N),
-#      alternating, for TPOT over several starts (recipe/tpot_spread.py); LOAD_ONLY=1: keep the
-#      archive and run the LOAD start alone (it must restore); BASELINE_ONLY=N: N unmodified
-#      starts alone, their outputs compared with each other (the engine's own repeatability); CPU_LIST: run every start's
-#      processes on these CPUs only (taskset -c, e.g. the GPU's NUMA node from nvidia-smi topo -m),
-#      so that starts compared for TPOT do not differ in where the host placed them; STEP_LOG=1:
+#      one output token, each prompt new to the prefix cache); REPEAT (1): after the checks,
+#      REPEAT-1 more pairs of an unmodified start (baseline-N, with BASELINE=1) and a LOAD start
+#      (load-N), alternating, for TPOT over several starts (recipe/tpot_spread.py); LOAD_ONLY=1:
+#      keep the archive and run the LOAD start alone (it must restore); BASELINE_ONLY=N: N
+#      unmodified starts alone, their outputs compared with each other (the engine's own
+#      repeatability); CPU_LIST: run every start's processes on these CPUs only (taskset -c,
+#      e.g. the GPU's NUMA node from nvidia-smi topo -m), so that starts compared for TPOT do not
+#      differ in where the host placed them; STEP_LOG=1:
 #      SGLang logs every decode step (--decode-log-interval 1) and each start's JSON also gets
 #      step_tpot_ms, the scheduler's own step time per batch size (step_tpot.py);
 #      ALSO_INSTANTIATE=MODE adds to each REPEAT round a LOAD start with
