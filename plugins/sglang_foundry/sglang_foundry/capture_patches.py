@@ -47,7 +47,7 @@ from foundry_core.engine import Mode, capture
 from foundry_core.engine.capture import MAX_DEPTH, address_mismatch, graph_name, swapped, tensor_addresses
 from foundry_core.errors import MismatchError, UnsupportedError
 
-from sglang_foundry import jit_caches, modes, options, outputs, patching, runtime, seams
+from sglang_foundry import compile_stats, jit_caches, modes, options, outputs, patching, runtime, seams
 from sglang_foundry.runtime import Phase
 
 logger = logging.getLogger("foundry.sglang")
@@ -461,6 +461,7 @@ def wrap_init_cuda_graphs(original: Callable[..., Any]) -> Callable[..., Any]:
         jit_caches.placed()  # the first forward may load a JIT module: the archive's are in place first
         with rt.in_phase(Phase.CAPTURE, Phase.SERVING, "init_cuda_graphs (kernel warmup, decode capture or restore)"):
             result = original(self, *args, **kwargs)
+        compile_stats.log_compile_stats(getattr(self, "server_args", None), "the capture phase")
         jit_caches.carried(rt)  # SAVE: what the capture compiled, then what the first requests add
         return result
 
