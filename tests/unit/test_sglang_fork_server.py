@@ -552,6 +552,51 @@ def test_a_stand_in_kept_by_an_object_is_put_back(monkeypatch, tmp_path):
     assert sys.modules["keeps_a_driver"].driver._default.get_current_device is real
 
 
+def test_a_stand_in_bound_in_a_class_body_is_put_back(monkeypatch, tmp_path):
+    torch, nvml = _fake_torch(), _FakeNvml()
+    monkeypatch.setitem(sys.modules, "fake_torch_for_stand_ins", torch)
+    # As torch's _dynamo/device_interface.py does: CudaInterface binds torch.cuda's queries as
+    # staticmethods in its class body, and Inductor later asks it for the device's SM count.
+    (tmp_path / "binds_in_a_class.py").write_text(textwrap.dedent("""\
+        import sys
+        cuda = sys.modules['fake_torch_for_stand_ins'].cuda
+        class Interface:
+            get_device_properties = staticmethod(cuda.get_device_properties)
+            class Worker:
+                current_device = staticmethod(cuda.current_device)
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "binds_in_a_class", raising=False)
+    torch.cuda.is_initialized = lambda: False
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    real = torch.cuda.get_device_properties, torch.cuda.current_device
+
+    def answers():
+        return device_facts.answered_from(torch, device_facts.nvml_facts(torch, nvml))
+
+    why = preload.import_all(["binds_in_a_class"], answers=answers)
+    assert why is None or "threads" in why
+    interface = sys.modules["binds_in_a_class"].Interface
+    assert (interface.get_device_properties, interface.Worker.current_device) == real
+    assert isinstance(vars(interface)["get_device_properties"], staticmethod)
+
+
+def test_a_class_imported_from_elsewhere_is_walked_once_from_its_own_module():
+    replaced = {"cuda.current_device": lambda: 0}
+    home, elsewhere = types.ModuleType("defines_a_class"), types.ModuleType("imports_that_class")
+
+    class Holder:
+        fn = staticmethod(replaced["cuda.current_device"])
+
+    Holder.__module__ = "defines_a_class"
+    home.Holder = elsewhere.Holder = Holder
+    sys.modules.update({"defines_a_class": home, "imports_that_class": elsewhere})
+    try:
+        assert device_facts.kept_references(replaced) == ["defines_a_class.Holder.fn"]
+    finally:
+        del sys.modules["defines_a_class"], sys.modules["imports_that_class"]
+
+
 def test_what_cannot_be_put_back_is_still_reported():
     replaced = {"cuda.current_device": lambda: 0}
 

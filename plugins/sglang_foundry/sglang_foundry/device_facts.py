@@ -17,6 +17,10 @@ at import, or Triton's driver, made at import by SGLang's ``fla`` kernels, which
 ``torch.cuda.current_device``) would answer from NVML for good, also after ``torch.cuda.set_device``:
 :func:`rebind` puts torch's own functions back there, and :func:`kept_references` finds what it
 could not mend, which makes the fork server unsafe, so SGLang's children are spawned as usual.
+Classes are walked too: torch's ``_dynamo/device_interface.py`` binds
+``staticmethod(torch.cuda.get_device_properties)`` (and ``current_device``) in ``CudaInterface``'s
+class body, and Inductor's code generation asks it for the SM count, which the stand-in's facts do
+not have (seen on the H200 with ``--enable-torch-compile``).
 """
 
 from __future__ import annotations
@@ -128,25 +132,37 @@ def answered_from(torch: Any, facts: Callable[[int], DeviceFacts]) -> Iterator[d
             setattr(*owner(torch, q), fn)
 
 
-# Values never walked into: classes, modules, functions (their attributes are not an import's state).
+# Values never walked into: modules, functions (their attributes are not an import's state).
+# Classes are walked (class bodies bind torch's functions), as their own kind of holder.
 _NOT_PLAIN = (type, types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType,
               functools.partial)
+_WRAPPERS = (staticmethod, classmethod)
+# The commonest attribute types that hold nothing walked: skipped before the costlier checks.
+_LEAVES = frozenset({types.FunctionType, types.BuiltinFunctionType, types.ModuleType, staticmethod, classmethod,
+                     property, str, int, float, bool, type(None), tuple, list, dict, set, frozenset, bytes})
+
+
+def _held(value: Any) -> Any:
+    """What an attribute holds: the function inside a ``staticmethod``/``classmethod``."""
+    return value.__func__ if type(value) in _WRAPPERS else value
 
 
 def _holding(ids: set[int], depth: int = 3) -> list[tuple[str, Any, str, Any]]:
-    """(path, holder, attribute, value) for every attribute, of every loaded module and of the plain
-    objects those hold down to ``depth`` levels from the module, whose value is one of ``ids``
-    (Triton keeps its driver, which binds torch.cuda's functions, in
-    ``triton.runtime.driver._default``). One pass, paths made only for what it finds: the fork
-    server walks many thousand modules while a launch may be waiting."""
+    """(path, holder, attribute, value) for every attribute, of every loaded module, of the
+    classes defined there and of the plain objects those hold down to ``depth`` levels from the
+    module, whose value (or the function its ``staticmethod``/``classmethod`` wraps) is one of
+    ``ids`` (Triton keeps its driver, which binds torch.cuda's functions, in
+    ``triton.runtime.driver._default``; torch's ``CudaInterface`` binds them in its class body).
+    One pass, paths made only for what it finds: the fork server walks many thousand modules
+    while a launch may be waiting."""
     found: list[tuple[str, Any, str, Any]] = []
     seen: set[int] = set()
 
     def walk(path: str, holder: Any, level: int) -> None:
         for attr, value in list(getattr(holder, "__dict__", {}).items()):
-            if id(value) in ids:
+            if id(_held(value)) in ids:
                 found.append((f"{path}.{attr}", holder, attr, value))
-            elif level < depth and _plain_object(value) and id(value) not in seen:
+            elif level < depth and type(value) not in _LEAVES and id(value) not in seen and _walked(value, holder):
                 seen.add(id(value))
                 walk(f"{path}.{attr}", value, level + 1)
 
@@ -157,6 +173,15 @@ def _holding(ids: set[int], depth: int = 3) -> list[tuple[str, Any, str, Any]]:
             if module is not None:
                 walk(name, module, 1)
     return found
+
+
+def _walked(value: Any, holder: Any) -> bool:
+    """A plain object with attributes of its own, or a class defined where it is found (a module's
+    own classes and their nested ones; a class imported from elsewhere is walked from its module)."""
+    if isinstance(value, type):
+        where = holder.__name__ if isinstance(holder, types.ModuleType) else getattr(holder, "__module__", None)
+        return getattr(value, "__module__", None) == where
+    return _plain_object(value)
 
 
 def _plain_object(value: Any) -> bool:
@@ -177,8 +202,9 @@ def rebind(replaced: dict[str, Callable[..., Any]], torch: Any) -> tuple[list[st
     by_id = {id(fn): query for query, fn in replaced.items()}
     mended, kept = [], []
     for path, holder, attr, value in _holding(set(by_id)):
+        own = getattr(*owner(torch, by_id[id(_held(value))]))
         try:
-            setattr(holder, attr, getattr(*owner(torch, by_id[id(value)])))
+            setattr(holder, attr, type(value)(own) if isinstance(value, _WRAPPERS) else own)
             mended.append(path)
         except (AttributeError, TypeError):
             kept.append(path)
