@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -574,11 +575,23 @@ def test_a_stand_in_bound_in_a_class_body_is_put_back(monkeypatch, tmp_path):
     def answers():
         return device_facts.answered_from(torch, device_facts.nvml_facts(torch, nvml))
 
-    why = preload.import_all(["binds_in_a_class"], answers=answers)
+    mended: list[str] = []
+    why = preload.import_all(["binds_in_a_class"], answers=answers, mended=mended)
     assert why is None or "threads" in why
+    assert mended == ["binds_in_a_class.Interface.Worker.current_device",
+                      "binds_in_a_class.Interface.get_device_properties"]
     interface = sys.modules["binds_in_a_class"].Interface
     assert (interface.get_device_properties, interface.Worker.current_device) == real
     assert isinstance(vars(interface)["get_device_properties"], staticmethod)
+
+
+def test_the_forked_line_names_where_torchs_queries_were_put_back(caplog):
+    state = fs._State()
+    state._status = {"safe": True, "import_s": 18.5, "checks_s": 0.6, "mended": ["torch._dynamo.x.CudaInterface.f"]}
+    with caplog.at_level(logging.INFO, logger="foundry.sglang"):
+        state.say_forked("scheduler")
+    assert "checks after the imports included: 0.60 s; torch's own device queries put back in " \
+           "torch._dynamo.x.CudaInterface.f)" in caplog.text
 
 
 def test_a_class_imported_from_elsewhere_is_walked_once_from_its_own_module():

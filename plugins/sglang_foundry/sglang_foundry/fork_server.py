@@ -161,9 +161,11 @@ class _State:
         if what not in self._said:
             self._said.add(what)
             status = self.status()
+            mended = status.get("mended") or []
             logger.info("foundry: SGLang's %s is forked from the fork server (which imported SGLang in %.2f s, "
-                        "its checks after the imports included: %.2f s)", what, float(status.get("import_s", 0.0)),
-                        float(status.get("checks_s", 0.0)))
+                        "its checks after the imports included: %.2f s%s)", what, float(status.get("import_s", 0.0)),
+                        float(status.get("checks_s", 0.0)),
+                        f"; torch's own device queries put back in {', '.join(mended)}" if mended else "")
 
     def say_once(self, what: str, reason: str) -> None:
         if reason not in self._said:

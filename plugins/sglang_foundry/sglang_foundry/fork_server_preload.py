@@ -188,11 +188,11 @@ def nvml_answers() -> contextlib.AbstractContextManager:
 
 def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager] = nvml_answers,
                watch: Callable[[], DriverWatch] = lambda: DriverWatch(stop=True),
-               timings: dict[str, float] | None = None) -> str | None:
+               timings: dict[str, float] | None = None, mended: list[str] | None = None) -> str | None:
     """Imports ``modules`` with the device queries answered from NVML; returns why the process is
     not safe to fork from, or None. Stops at the import that finds the driver initialised.
     ``timings`` gets ``checks_s``: the seconds of the checks after the imports (part of the
-    import time the status reports)."""
+    import time the status reports); ``mended`` the paths where torch's own functions were put back."""
     try:
         with answers() as replaced, nvml_device_count(), watch() as watched:
             for name in modules:
@@ -202,18 +202,19 @@ def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager]
                "(the fork server stopped importing there)"
     checks_started = time.perf_counter()
     try:
-        return _checked(replaced, watched)
+        return _checked(replaced, watched, mended if mended is not None else [])
     finally:
         if timings is not None:
             timings["checks_s"] = time.perf_counter() - checks_started
 
 
-def _checked(replaced: dict, watched: DriverWatch) -> str | None:
+def _checked(replaced: dict, watched: DriverWatch, mended: list[str]) -> str | None:
     """After the imports: torch's own functions back where stand-ins were kept, then
     :func:`unsafe_reason`."""
     torch = sys.modules.get("torch")
     if replaced and torch is not None:
-        _, kept = device_facts.rebind(replaced, torch)  # e.g. Triton's driver, made during the imports
+        put_back, kept = device_facts.rebind(replaced, torch)  # e.g. Triton's driver, made during the imports
+        mended.extend(put_back)
     else:
         kept = device_facts.kept_references(replaced)
     if kept:
@@ -229,12 +230,13 @@ def run(modules=MODULES, path: str | None = None) -> dict:
     """Imports ``modules``, checks the process, writes the status; returns it."""
     start = time.perf_counter()
     timings: dict[str, float] = {}
+    mended: list[str] = []
     try:
-        why = import_all(modules, timings=timings)
+        why = import_all(modules, timings=timings, mended=mended)
     except BaseException as exc:  # noqa: BLE001 - see the module docstring
         why = f"importing SGLang failed ({type(exc).__name__}: {exc})"
     status = {"safe": why is None, "why": why or "", "import_s": round(time.perf_counter() - start, 3),
-              "pid": os.getpid(), **{k: round(v, 3) for k, v in timings.items()}}
+              "pid": os.getpid(), "mended": mended, **{k: round(v, 3) for k, v in timings.items()}}
     path = path or os.environ.get(STATUS_ENV)
     if path:
         try:
