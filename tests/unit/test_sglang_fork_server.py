@@ -397,8 +397,8 @@ def test_a_module_that_kept_a_stand_in_makes_the_fork_server_unsafe(monkeypatch,
 
 def test_without_nvml_the_imports_run_unchanged(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
-    with preload.nvml_answers() as replaced:
-        assert replaced == {}
+    with preload.nvml_answers() as answered:
+        assert answered.stand_ins == {} and answered.given == []
 
 
 def _write_modules(tmp_path, monkeypatch, modules: dict[str, str]) -> None:
@@ -468,7 +468,7 @@ def test_imports_count_devices_through_nvml_and_the_switch_comes_back(tmp_path, 
     _write_modules(tmp_path, monkeypatch, {
         # torch.cuda.is_available() reads the switch at every call, as this does.
         "reads_the_switch": "import os\nSEEN = os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK')\n"})
-    why = preload.import_all(["reads_the_switch"], answers=lambda: contextlib.nullcontext({}))
+    why = preload.import_all(["reads_the_switch"], answers=lambda: contextlib.nullcontext(device_facts.Answers()))
     assert why is None or "threads" in why  # this test process may run threads of its own
     assert sys.modules["reads_the_switch"].SEEN == "1"
     assert preload.NVML_CHECK_ENV not in os.environ  # a forked child counts devices as SGLang would
@@ -481,7 +481,7 @@ def test_an_unsafe_reason_names_the_import_the_watch_saw(monkeypatch):
             self.culprit = "between importing a and importing b, in sgl_kernel:12 <- sglang.srt.layers.x:3"
 
     monkeypatch.setattr(preload, "unsafe_reason", lambda: "importing SGLang initialised the CUDA driver (x)")
-    why = preload.import_all([], answers=lambda: contextlib.nullcontext({}), watch=Saw)
+    why = preload.import_all([], answers=lambda: contextlib.nullcontext(device_facts.Answers()), watch=Saw)
     assert why == ("importing SGLang initialised the CUDA driver (x); it happened between importing a and "
                    "importing b, in sgl_kernel:12 <- sglang.srt.layers.x:3")
 
@@ -516,7 +516,7 @@ def test_the_imports_stop_where_the_driver_was_found_initialised(tmp_path, monke
                 pass
             """,
         "never_imported": "import sys\nsys.modules['fake_driver_state'].state['reached'] = True\n"})
-    why = preload.import_all(["engine_entry"], answers=lambda: contextlib.nullcontext({}),
+    why = preload.import_all(["engine_entry"], answers=lambda: contextlib.nullcontext(device_facts.Answers()),
                              watch=lambda: preload.DriverWatch(initialised=lambda: driver["initialised"], stop=True))
     assert why.startswith("importing SGLang initialised the CUDA driver in the fork server; it happened between "
                           "importing engine_entry and importing never_imported, in engine_entry:4")
@@ -610,6 +610,50 @@ def test_a_class_imported_from_elsewhere_is_walked_once_from_its_own_module():
         del sys.modules["defines_a_class"], sys.modules["imports_that_class"]
 
 
+def test_a_kept_answer_makes_the_fork_server_unsafe(monkeypatch, tmp_path):
+    torch, nvml = _fake_torch(), _FakeNvml()
+    monkeypatch.setitem(sys.modules, "fake_torch_for_stand_ins", torch)
+    # A cached helper that returns the properties object itself, asked at import; and one that
+    # keeps only the numbers it read, which are NVML's true ones.
+    (tmp_path / "caches_the_properties.py").write_text(textwrap.dedent("""\
+        import functools, sys
+        @functools.cache
+        def properties():
+            return sys.modules['fake_torch_for_stand_ins'].cuda.get_device_properties(0)
+        properties()
+        """))
+    (tmp_path / "keeps_the_numbers.py").write_text(textwrap.dedent("""\
+        import sys
+        props = sys.modules['fake_torch_for_stand_ins'].cuda.get_device_properties(0)
+        SM = props.major * 10 + props.minor
+        del props
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("caches_the_properties", "keeps_the_numbers"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    torch.cuda.is_initialized = lambda: False
+    monkeypatch.setitem(sys.modules, "torch", torch)
+
+    def answers():
+        return device_facts.answered_from(torch, device_facts.nvml_facts(torch, nvml))
+
+    why = preload.import_all(["keeps_the_numbers"], answers=answers)
+    assert why is None or "threads" in why
+    assert sys.modules["keeps_the_numbers"].SM == 90
+    why = preload.import_all(["caches_the_properties"], answers=answers)
+    assert why is not None and "kept an answer" in why and "get_device_properties (held by: dict)" in why
+
+
+def test_each_properties_answer_is_a_copy_of_its_own():
+    torch = _fake_torch()
+    with device_facts.answered_from(torch, device_facts.nvml_facts(torch, _FakeNvml())) as answered:
+        kept = [torch.cuda.get_device_properties(0), torch.cuda.get_device_properties(0)]
+    assert kept[0] == kept[1] and kept[0] is not kept[1] and answered.given == kept
+    assert device_facts.kept_answers(answered.given) == ["list"]
+    kept.clear()
+    assert device_facts.kept_answers(answered.given) == []
+
+
 def test_what_cannot_be_put_back_is_still_reported():
     replaced = {"cuda.current_device": lambda: 0}
 
@@ -646,8 +690,8 @@ def test_without_a_device_in_nvml_the_accelerator_is_the_cpu():
 def test_a_torch_without_the_accelerator_query_keeps_the_others():
     torch = _fake_torch()
     del torch._C._get_accelerator
-    with device_facts.answered_from(torch, device_facts.nvml_facts(torch, _FakeNvml())) as replaced:
-        assert "_C._get_accelerator" not in replaced and torch.cuda.get_device_capability() == (9, 0)
+    with device_facts.answered_from(torch, device_facts.nvml_facts(torch, _FakeNvml())) as answered:
+        assert "_C._get_accelerator" not in answered.stand_ins and torch.cuda.get_device_capability() == (9, 0)
     assert not hasattr(torch._C, "_get_accelerator")
 
 
@@ -655,7 +699,7 @@ def test_the_status_says_how_long_the_checks_after_the_imports_took(tmp_path, mo
     (tmp_path / "imports_fine.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "imports_fine", raising=False)
-    monkeypatch.setattr(preload, "nvml_answers", lambda: contextlib.nullcontext({}))
+    monkeypatch.setattr(preload, "nvml_answers", lambda: contextlib.nullcontext(device_facts.Answers()))
     status = preload.run(modules=("imports_fine",), path=str(tmp_path / "status.json"))
     assert 0.0 <= status["checks_s"] <= status["import_s"]
     assert json.loads((tmp_path / "status.json").read_text())["checks_s"] == status["checks_s"]

@@ -21,17 +21,25 @@ Classes are walked too: torch's ``_dynamo/device_interface.py`` binds
 ``staticmethod(torch.cuda.get_device_properties)`` (and ``current_device``) in ``CudaInterface``'s
 class body, and Inductor's code generation asks it for the SM count, which the stand-in's facts do
 not have (seen on the H200 with ``--enable-torch-compile``).
+
+An import could also keep an *answer*: a ``DeviceFacts`` from the stand-in
+``get_device_properties`` in a cache (``functools.cache``) or a module's variable, read later for a
+property NVML does not give. :func:`kept_answers` finds each one still referenced after the
+imports (every answer is a copy of its own, so only its keeper refers to it); that makes the fork
+server unsafe too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import gc
 import sys
 import types
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # What is answered, as "<attribute of torch>.<function>": torch.cuda's device queries, looked up at
@@ -86,16 +94,21 @@ def _index(device: Any) -> int:
     return 0 if index is None else int(index)
 
 
-def stand_ins(facts: Callable[[int], DeviceFacts], device: Callable[[str], Any]) -> dict[str, Callable[..., Any]]:
+def stand_ins(facts: Callable[[int], DeviceFacts], device: Callable[[str], Any],
+              given: list[DeviceFacts] | None = None) -> dict[str, Callable[..., Any]]:
     """The :data:`QUERIES`, answered from ``facts``; the current device is device 0, as in a
     process that has not chosen one; the accelerator is ``device("cuda")`` when ``facts`` knows
-    device 0, else ``device("cpu")`` (torch's answer without a CUDA device)."""
+    device 0, else ``device("cpu")`` (torch's answer without a CUDA device).
+    ``get_device_properties`` answers with a copy of its own, appended to ``given``."""
 
     def current_device() -> int:
         return 0
 
     def get_device_properties(device: Any = None) -> DeviceFacts:
-        return facts(_index(device))
+        answer = dataclasses.replace(facts(_index(device)))
+        if given is not None:
+            given.append(answer)
+        return answer
 
     def get_device_capability(device: Any = None) -> tuple[int, int]:
         f = facts(_index(device))
@@ -116,20 +129,39 @@ def stand_ins(facts: Callable[[int], DeviceFacts], device: Callable[[str], Any])
             "_C._get_accelerator": get_accelerator}
 
 
+@dataclass
+class Answers:
+    """What :func:`answered_from` put in place: the stand-ins by query (for :func:`rebind` and
+    :func:`kept_references`) and each ``get_device_properties`` answer (for :func:`kept_answers`)."""
+
+    stand_ins: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    given: list[DeviceFacts] = field(default_factory=list)
+
+
 @contextlib.contextmanager
-def answered_from(torch: Any, facts: Callable[[int], DeviceFacts]) -> Iterator[dict[str, Callable[..., Any]]]:
+def answered_from(torch: Any, facts: Callable[[int], DeviceFacts]) -> Iterator[Answers]:
     """For the duration of the block, the :data:`QUERIES` answer from ``facts`` (see
-    :func:`nvml_facts`); yields the stand-ins (for :func:`kept_references`). A query this torch
-    lacks is left out."""
-    replaced = {q: fn for q, fn in stand_ins(facts, torch.device).items() if hasattr(*owner(torch, q))}
-    saved = {q: getattr(*owner(torch, q)) for q in replaced}
-    for q, fn in replaced.items():
+    :func:`nvml_facts`); yields what stands in. A query this torch lacks is left out."""
+    answers = Answers()
+    answers.stand_ins = {q: fn for q, fn in stand_ins(facts, torch.device, answers.given).items()
+                         if hasattr(*owner(torch, q))}
+    saved = {q: getattr(*owner(torch, q)) for q in answers.stand_ins}
+    for q, fn in answers.stand_ins.items():
         setattr(*owner(torch, q), fn)
     try:
-        yield replaced
+        yield answers
     finally:
         for q, fn in saved.items():
             setattr(*owner(torch, q), fn)
+
+
+def kept_answers(given: list[DeviceFacts]) -> list[str]:
+    """What still refers to one of the ``get_device_properties`` answers in ``given``, besides
+    ``given`` itself: the referring objects' types, each once (a cache's ``dict``, a ``list``, a ``cell``...).
+    One walk of the collector's objects (a tenth of a second for two million)."""
+    if not given:
+        return []
+    return sorted({type(r).__name__ for r in gc.get_referrers(*given) if r is not given})
 
 
 # Values never walked into: modules, functions (their attributes are not an import's state).

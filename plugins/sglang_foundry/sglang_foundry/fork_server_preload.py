@@ -183,7 +183,7 @@ def nvml_answers() -> contextlib.AbstractContextManager:
 
         return device_facts.answered_from(torch, device_facts.nvml_facts(torch, pynvml))
     except Exception:  # noqa: BLE001 - no NVML: import as SGLang does
-        return contextlib.nullcontext({})
+        return contextlib.nullcontext(device_facts.Answers())
 
 
 def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager] = nvml_answers,
@@ -194,7 +194,7 @@ def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager]
     ``timings`` gets ``checks_s``: the seconds of the checks after the imports (part of the
     import time the status reports); ``mended`` the paths where torch's own functions were put back."""
     try:
-        with answers() as replaced, nvml_device_count(), watch() as watched:
+        with answers() as answered, nvml_device_count(), watch() as watched:
             for name in modules:
                 __import__(name)
     except DriverInitialised as found:
@@ -202,16 +202,16 @@ def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager]
                "(the fork server stopped importing there)"
     checks_started = time.perf_counter()
     try:
-        return _checked(replaced, watched, mended if mended is not None else [])
+        return _checked(answered, watched, mended if mended is not None else [])
     finally:
         if timings is not None:
             timings["checks_s"] = time.perf_counter() - checks_started
 
 
-def _checked(replaced: dict, watched: DriverWatch, mended: list[str]) -> str | None:
-    """After the imports: torch's own functions back where stand-ins were kept, then
-    :func:`unsafe_reason`."""
-    torch = sys.modules.get("torch")
+def _checked(answered: device_facts.Answers, watched: DriverWatch, mended: list[str]) -> str | None:
+    """After the imports: torch's own functions back where stand-ins were kept, no stand-in's
+    answer kept, then :func:`unsafe_reason`."""
+    replaced, torch = answered.stand_ins, sys.modules.get("torch")
     if replaced and torch is not None:
         put_back, kept = device_facts.rebind(replaced, torch)  # e.g. Triton's driver, made during the imports
         mended.extend(put_back)
@@ -220,6 +220,11 @@ def _checked(replaced: dict, watched: DriverWatch, mended: list[str]) -> str | N
     if kept:
         return ("importing SGLang kept a reference to the fork server's NVML stand-in for torch.cuda's device "
                 f"queries ({', '.join(kept[:5])}), which would answer for the wrong device later")
+    holders = device_facts.kept_answers(answered.given)
+    if holders:
+        return ("importing SGLang kept an answer of the fork server's NVML stand-in for "
+                f"torch.cuda.get_device_properties (held by: {', '.join(holders[:5])}), which lacks most of "
+                "the device's properties")
     why = unsafe_reason()
     if why and watched.culprit:
         why += f"; it happened {watched.culprit}"
