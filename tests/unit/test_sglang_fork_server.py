@@ -654,6 +654,34 @@ def test_each_properties_answer_is_a_copy_of_its_own():
     assert device_facts.kept_answers(answered.given) == []
 
 
+def test_objects_whose_attribute_hooks_raise_do_not_stop_the_walk(monkeypatch):
+    class Refuses(Exception):
+        pass
+
+    class Placeholder:  # as pydantic's MockValSer on BaseModel: slotted, any missing attribute raises
+        __slots__ = ()
+
+        def __getattr__(self, name):
+            raise Refuses(f"{name}: BaseModel cannot be instantiated directly")
+
+    class Guarded:  # every attribute read raises, __dict__ and __class__ included
+        def __getattribute__(self, name):
+            raise Refuses(name)
+
+    replaced = {"cuda.current_device": lambda: 0}
+
+    class Model:
+        __validator__ = Placeholder()
+        guarded = Guarded()
+        device = staticmethod(replaced["cuda.current_device"])
+
+    Model.__module__ = "defines_a_model"
+    holder = types.ModuleType("defines_a_model")
+    holder.Model, holder.placeholder, holder.guarded = Model, Placeholder(), Guarded()
+    monkeypatch.setitem(sys.modules, "defines_a_model", holder)
+    assert device_facts.kept_references(replaced) == ["defines_a_model.Model.device"]
+
+
 def test_what_cannot_be_put_back_is_still_reported():
     replaced = {"cuda.current_device": lambda: 0}
 

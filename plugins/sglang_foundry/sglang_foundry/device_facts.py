@@ -38,7 +38,7 @@ import gc
 import sys
 import types
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,10 +191,11 @@ def _holding(ids: set[int], depth: int = 3) -> list[tuple[str, Any, str, Any]]:
     seen: set[int] = set()
 
     def walk(path: str, holder: Any, level: int) -> None:
-        for attr, value in list(getattr(holder, "__dict__", {}).items()):
-            if id(_held(value)) in ids:
+        for attr, value in list(_own_attributes(holder).items()):
+            kind = type(value)
+            if id(value.__func__ if kind in _WRAPPERS else value) in ids:  # _held, inlined: the hot loop
                 found.append((f"{path}.{attr}", holder, attr, value))
-            elif level < depth and type(value) not in _LEAVES and id(value) not in seen and _walked(value, holder):
+            elif level < depth and kind not in _LEAVES and id(value) not in seen and _walked(value, holder):
                 seen.add(id(value))
                 walk(f"{path}.{attr}", value, level + 1)
 
@@ -209,16 +210,34 @@ def _holding(ids: set[int], depth: int = 3) -> list[tuple[str, Any, str, Any]]:
 
 def _walked(value: Any, holder: Any) -> bool:
     """A plain object with attributes of its own, or a class defined where it is found (a module's
-    own classes and their nested ones; a class imported from elsewhere is walked from its module)."""
-    if isinstance(value, type):
-        where = holder.__name__ if isinstance(holder, types.ModuleType) else getattr(holder, "__module__", None)
-        return getattr(value, "__module__", None) == where
-    return _plain_object(value)
+    own classes and their nested ones; a class imported from elsewhere is walked from its module).
+    Nothing an import defined can make the walk raise: what cannot be read is not walked."""
+    try:
+        if isinstance(value, type):
+            if isinstance(holder, types.ModuleType):
+                where = _own_attributes(holder).get("__name__")
+            else:
+                where = _own_attributes(holder if isinstance(holder, type) else type(holder)).get("__module__")
+            return _own_attributes(value).get("__module__") == where
+        return _plain_object(value)
+    except Exception:  # noqa: BLE001 - see above
+        return False
 
 
 def _plain_object(value: Any) -> bool:
     """An instance with attributes of its own: not a module, class, function or builtin."""
-    return not isinstance(value, _NOT_PLAIN) and hasattr(value, "__dict__")
+    return type(value).__dictoffset__ != 0 and not isinstance(value, _NOT_PLAIN) and bool(_own_attributes(value))
+
+
+def _own_attributes(holder: Any) -> Mapping[str, Any]:
+    """``holder.__dict__`` as Python stores it, or nothing: read past ``__getattr__`` and
+    ``__getattribute__`` hooks, which may raise anything (pydantic's placeholder validator on
+    ``BaseModel``, a slotted object, raises ``PydanticUserError`` for any attribute it lacks)."""
+    try:
+        found = object.__getattribute__(holder, "__dict__")
+    except Exception:  # noqa: BLE001 - no dictionary of its own
+        return {}
+    return found if isinstance(found, (dict, types.MappingProxyType)) else {}
 
 
 def kept_references(replaced: dict[str, Callable[..., Any]]) -> list[str]:
