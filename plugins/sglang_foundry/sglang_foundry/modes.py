@@ -16,8 +16,9 @@ Why each refusal (SGLang 0.5.17 source):
 - decode backend other than ``full``: ``breakable`` captures through another backend class;
   ``disabled`` captures nothing, so there is nothing to save or restore;
 - torch.compile: compiled in the first capture warmup of each size and called only in the
-  warmups and the capture, which LOAD replaces, so LOAD needs none of it; SAVE has run on a GPU,
-  LOAD not yet (opt in with ``FOUNDRY_SGLANG_TORCH_COMPILE=1``). Modes with CUDA-graph trees
+  warmups and the capture, which LOAD replaces, so LOAD needs none of it; on a GPU SAVE saved the
+  compiled graphs and LOAD restored them without tracing anything, but LOAD's outputs have not been
+  compared with SAVE's yet (opt in with ``FOUNDRY_SGLANG_TORCH_COMPILE=1``). Modes with CUDA-graph trees
   (``SGLANG_TORCH_COMPILE_MODE=reduce-overhead|max-autotune``, ``TORCHINDUCTOR_CUDAGRAPHS=1``) record
   Inductor's own graphs in a private pool inside SGLang's capture: refused;
 - memory saver: torch_memory_saver preloads its own allocator and maps weights, KV and graphs
@@ -158,7 +159,8 @@ def _compile_problems(server_args: Any, environ: Mapping[str, str]) -> list[str]
         return []
     if not options.torch_compile(environ):
         return [f"torch.compile (--enable-torch-compile) is saved and restored only with {options.TORCH_COMPILE_ENV}=1 "
-                "in this version (experimental: its LOAD has not run on a GPU yet); drop the flag, or set it"]
+                "in this version (experimental: a LOAD's outputs have not been compared with its SAVE's yet); "
+                "drop the flag, or set it"]
     problems = []
     mode = environ.get("SGLANG_TORCH_COMPILE_MODE", "").strip()
     if mode and mode not in COMPILE_MODES:

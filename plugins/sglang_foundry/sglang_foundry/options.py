@@ -14,8 +14,8 @@
   with ``--disable-prefill-cuda-graph``). A LOAD whose prefill placements differ from SAVE's falls
   back to a normal start either way.
 - ``FOUNDRY_SGLANG_TORCH_COMPILE=1``: decode graphs captured from SGLang's torch.compile'd forward
-  (``--enable-torch-compile``) are saved and restored instead of refused. Experimental: not yet run
-  on a GPU (docs/engine-sglang.md, section 7).
+  (``--enable-torch-compile``) are saved and restored instead of refused. Experimental: on a GPU
+  the LOAD restored them, its outputs not yet compared with SAVE's (docs/engine-sglang.md, section 7).
 - ``FOUNDRY_SGLANG_PREFILL_TRACE=FILE``: each prefill shape's capture (SAVE) or stand-in (LOAD)
   appends PyTorch's cached segments at its end to FILE (JSON lines): what to compare when a LOAD's
   prefill placements diverge.
