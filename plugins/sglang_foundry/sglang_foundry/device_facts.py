@@ -158,10 +158,21 @@ def answered_from(torch: Any, facts: Callable[[int], DeviceFacts]) -> Iterator[A
 def kept_answers(given: list[DeviceFacts]) -> list[str]:
     """What still refers to one of the ``get_device_properties`` answers in ``given``, besides
     ``given`` itself: the referring objects' types, each once (a cache's ``dict``, a ``list``, a ``cell``...).
-    One walk of the collector's objects (a tenth of a second for two million)."""
+    Reference counts pick the kept answers (against a copy only a list holds, counted alike); only
+    those are looked for among the collector's objects, a walk of a tenth of a second for two
+    million that the fork server's checks otherwise skip."""
     if not given:
         return []
-    return sorted({type(r).__name__ for r in gc.get_referrers(*given) if r is not given})
+    alone = _references([dataclasses.replace(given[0])])[0]
+    kept = [answer for answer, count in zip(given, _references(given)) if count > alone]
+    if not kept:
+        return []
+    return sorted({type(r).__name__ for r in gc.get_referrers(*kept) if r is not given and r is not kept})
+
+
+def _references(answers: list[DeviceFacts]) -> list[int]:
+    """Each answer's reference count as this loop reads it (its list's, the loop's, the call's)."""
+    return [sys.getrefcount(answer) for answer in answers]
 
 
 # Values never walked into: modules, functions (their attributes are not an import's state).
