@@ -16,8 +16,9 @@ thread while the engine loads its model.
   as far as it is written (without its group file, which Triton writes last) and not again: a
   LOAD compiles that kernel.
 - :class:`CachesAhead` (LOAD): places the carried trees the host lacks
-  (:meth:`~foundry_core.engine.host_caches.HostCaches.restore`) on a thread, and the carried Triton
-  kernels through Triton's carrier (as if Triton had looked each up: every one was used at SAVE);
+  (:meth:`~foundry_core.engine.host_caches.HostCaches.restore`) on a thread, and the Triton
+  kernels carried from Triton's own directory through Triton's carrier (as if Triton had looked
+  each up: every one was used at SAVE);
   :meth:`CachesAhead.wait` joins it before the engine can first look (the copy overlaps the
   engine's own work; what is left of it then, the start waits for, and the wait is logged; a
   Triton kernel looked up earlier is restored by the carrier at its lookup). On the start's
@@ -177,19 +178,16 @@ class CachesAhead:
         self.seconds = time.perf_counter() - start
 
     def _triton_ahead(self, carrier: TritonCarrier) -> None:
-        """Every carried Triton kernel, restored where Triton will look for it (its cache directory
-        and the kernel's key; the carrier skips a key already looked up and logs a failure)."""
-        try:
-            from triton import knobs
-
-            base = knobs.cache.dir
-        except Exception as exc:  # noqa: BLE001 - Triton restores each kernel at its lookup instead
-            self.log.warning("foundry: Triton's carried kernels are not placed ahead: its cache directory is unknown "
-                             "(%s: %s); each is placed when Triton first looks it up, on the start's path",
-                             type(exc).__name__, exc)
+        """Every kernel carried from Triton's own directory, restored where Triton will look for it
+        (its cache directory and the kernel's key; the carrier skips a key already looked up and
+        logs a failure). Inductor's kernels are left to their lookups (see
+        :mod:`~foundry_core.engine.triton_cache`)."""
+        if carrier.home is None:
+            self.log.warning("foundry: Triton's carried kernels are not placed ahead: its cache directory is unknown; "
+                             "each is placed when Triton first looks it up, on the start's path")
             return
         for key in sorted({rel.partition("/")[0] for rel in self.source.paths(TRITON)}):
-            carrier.looked_up(key, os.path.join(base, key))
+            carrier.looked_up(key, os.path.join(carrier.home, key))
         self.done.add(carrier.seeded)
 
     def wait(self) -> Copied:

@@ -16,6 +16,13 @@ a user's own ``TRITON_CACHE_MANAGER`` is left in place, and nothing is carried t
 
 Triton's group files (``__grp__*.json``) name their members by absolute paths. They are carried
 with the key directory replaced by :data:`KEY_DIR` and written back with the loading host's.
+
+Not every kernel lives in Triton's own cache directory (``triton.knobs.cache.dir`` when the carrier
+is installed, before the engine compiles anything): Inductor points Triton at its own per-device
+directory (``$TORCHINDUCTOR_CACHE_DIR/triton/<device>``) once it compiles. SAVE carries the kernels
+of Triton's own directory as :data:`CACHE`, which a LOAD places ahead on a thread, and the others
+as :data:`ELSEWHERE`, placed only where a lookup asks for them: a LOAD that restores its graphs
+runs none of Inductor's kernels, and a LOAD that falls back and compiles looks each one up.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import logging
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 from foundry_core.engine import triton_cache_manager
 from foundry_core.engine.critical_path import LEDGER
@@ -33,7 +41,8 @@ from foundry_core.engine.triton_cache_manager import manager_class
 
 logger = logging.getLogger("foundry")
 
-CACHE = "triton"
+CACHE = "triton"  # kernels SAVE found in Triton's own cache directory (LOAD places them ahead)
+ELSEWHERE = "triton-elsewhere"  # kernels SAVE found in a directory Inductor pointed Triton at
 MANAGER_ENV = "TRITON_CACHE_MANAGER"
 KEY_DIR = "${FOUNDRY_TRITON_KEY_DIR}"
 GROUP_PREFIX = "__grp__"
@@ -62,11 +71,14 @@ def _is_group(path: str) -> bool:
 class TritonCarrier:
     """The key directories this process looked up (SAVE) and the archive they come from (LOAD).
 
-    ``source``: the archive's carried caches at LOAD, or None (SAVE, or an archive without them).
+    ``source``: the archive's carried caches at LOAD, or None (SAVE, or an archive without them);
+    ``home``: Triton's own cache directory (:func:`install` sets it), None when unknown (every
+    kernel is then carried as :data:`CACHE`).
     """
 
-    def __init__(self, source: HostCaches | None = None) -> None:
+    def __init__(self, source: HostCaches | None = None, home: str | None = None) -> None:
         self.source = source
+        self.home = home
         self.used: dict[str, str] = {}  # key directory on this host -> its key
         self.seeded = Copied()
         self._lock = threading.Lock()
@@ -82,11 +94,12 @@ class TritonCarrier:
             if directory in self.used:
                 return
             self.used[directory] = key
-            if self.source is None or not self.source.paths(CACHE, key):
+            cache = self._carrying(key)
+            if cache is None:
                 return
             try:
                 copied = self.source.restore_tree(
-                    CACHE, directory, key, strip=True, last=_is_group,
+                    cache, directory, key, strip=True, last=_is_group,
                     rewrite=lambda rel, content: _rewrite_group(content, KEY_DIR, directory) if _is_group(rel)
                     else content)
             except OSError as exc:
@@ -95,6 +108,18 @@ class TritonCarrier:
                 return
             self.seeded.add(copied)
 
+    def _carrying(self, key: str) -> str | None:
+        """The archive's cache that carries ``key`` (None: none does, or no archive)."""
+        if self.source is None:
+            return None
+        return next((cache for cache in (CACHE, ELSEWHERE) if self.source.paths(cache, key)), None)
+
+    def cache_of(self, directory: str) -> str:
+        """The carried cache a key directory of this host goes to: :data:`CACHE` when it is in
+        Triton's own directory (or that is unknown), else :data:`ELSEWHERE`."""
+        parent = os.path.realpath(Path(directory).parent)
+        return CACHE if self.home is None or parent == self.home else ELSEWHERE
+
     def carry(self, caches: HostCaches) -> Copied:
         """Adds the key directories looked up so far to ``caches`` (SAVE)."""
         with self._lock:
@@ -102,7 +127,7 @@ class TritonCarrier:
         done = Copied()
         for directory, key in sorted(used.items()):
             done.add(caches.add_tree(
-                CACHE, str(Path(directory).parent), key,
+                self.cache_of(directory), str(Path(directory).parent), key,
                 rewrite=lambda rel, content, d=directory: _rewrite_group(content, d, KEY_DIR) if _is_group(rel)
                 else content))
         return done
@@ -135,9 +160,20 @@ def install(carrier: TritonCarrier) -> bool:
         logger.info("foundry: Triton's cache is not carried in the archive: %s chooses another cache manager (%s)",
                     MANAGER_ENV, getattr(chosen, "__qualname__", chosen))
         return False
+    carrier.home = _own_directory(knobs)
     triton_cache_manager.set_listener(carrier)
     knobs.cache.manager_class = manager
     return True
+
+
+def _own_directory(knobs: Any) -> str | None:
+    """Triton's cache directory now (``TRITON_CACHE_DIR`` or its default), None when unreadable."""
+    try:
+        return os.path.realpath(knobs.cache.dir)
+    except Exception as exc:  # noqa: BLE001 - every kernel is then carried as placed ahead
+        logger.info("foundry: Triton's cache directory is unknown (%s: %s); its kernels and Inductor's are carried "
+                    "alike", type(exc).__name__, exc)
+        return None
 
 
 def uninstall() -> None:

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from foundry_core.engine import host_caches, triton_cache, worker
+from foundry_core.engine.cache_carry import CachesAhead
 from foundry_core.engine.host_caches import CacheTree, Entry, HostCaches, parse_list
 from foundry_core.engine.mode import Mode
 from foundry_core.engine.triton_cache_manager import manager_class
@@ -64,6 +65,7 @@ class FakeCacheKnobs:
     manager_class = property(lambda self: self.chosen if self.chosen is not None else self.env_choice,
                              lambda self, cls: setattr(self, "chosen", cls),
                              lambda self: setattr(self, "chosen", None))
+    dir = property(lambda self: os.environ["TRITON_CACHE_DIR"])  # read at each use, as Triton's knob is
 
 
 @pytest.fixture
@@ -334,6 +336,45 @@ def test_a_kernel_already_on_the_host_is_left_alone(fake_triton, tmp_path, monke
     carrier = triton_cache.TritonCarrier(HostCaches.read(archive, archive / "rank0"))
     triton_cache.install(carrier)
     assert open_kernel("K") is not None and carrier.seeded.files == 0 and carrier.seeded.present == 3
+
+
+def test_only_kernels_of_tritons_own_directory_are_placed_ahead(fake_triton, tmp_path, monkeypatch):
+    # SAVE: SGLang's kernel in Triton's own directory; then Inductor points Triton at its own
+    # per-device directory (it sets TRITON_CACHE_DIR in the process) and compiles there.
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "save-triton"))
+    assert triton_cache.install(triton_cache.TritonCarrier())
+    compile_kernel("ENGINE")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "save-inductor" / "triton" / "0"))
+    compile_kernel("INDUCTOR")
+    archive = tmp_path / "archive"
+    caches = HostCaches(archive, archive / "rank0")
+    triton_cache.current().carry(caches)
+    caches.write_list()
+    triton_cache.uninstall()
+    assert {cache: sorted({rel.split("/")[0] for rel in files}) for cache, files in caches.entries.items()} == {
+        triton_cache.CACHE: ["ENGINE"], triton_cache.ELSEWHERE: ["INDUCTOR"]}
+
+    # LOAD on a fresh host: the thread places the engine's kernel only; Inductor's is placed at
+    # its lookup, in the directory Triton then opens.
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "load-triton"))
+    source = HostCaches.read(archive, archive / "rank0")
+    carrier = triton_cache.TritonCarrier(source)
+    assert triton_cache.install(carrier) and carrier.home == os.path.realpath(tmp_path / "load-triton")
+    ahead = CachesAhead(source, [], triton=carrier).start()
+    assert ahead.wait().files == 3
+    assert sorted(os.listdir(tmp_path / "load-triton")) == ["ENGINE"]
+    inductor_dir = tmp_path / "load-inductor" / "triton" / "0"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(inductor_dir))
+    assert open_kernel("INDUCTOR") == {"k.cubin": str(inductor_dir / "INDUCTOR" / "k.cubin"),
+                                       "k.json": str(inductor_dir / "INDUCTOR" / "k.json")}
+
+
+def test_an_unknown_triton_directory_carries_every_kernel_as_placed_ahead(fake_triton, tmp_path, caplog):
+    carrier = triton_cache.TritonCarrier()
+    with caplog.at_level(logging.INFO, logger="foundry"):
+        assert triton_cache.install(carrier)  # no TRITON_CACHE_DIR: the stand-in's knob cannot say
+    assert carrier.home is None and "Triton's cache directory is unknown" in caplog.text
+    assert carrier.cache_of(str(tmp_path / "anywhere" / "K")) == triton_cache.CACHE
 
 
 def test_a_users_own_cache_manager_is_kept(fake_triton, caplog):

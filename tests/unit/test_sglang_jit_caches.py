@@ -464,10 +464,8 @@ def test_load_places_tritons_carried_kernels_ahead_where_triton_looks(tmp_path, 
     caches.write_list()
 
     new_host = tmp_path / "new-host-triton"
-    knobs = SimpleNamespace(cache=SimpleNamespace(dir=str(new_host)))  # Triton's knobs.cache.dir
-    monkeypatch.setitem(sys.modules, "triton", SimpleNamespace(knobs=knobs))
     source = HostCaches.read(archive, archive / "rank0")
-    carrier = triton_cache.TritonCarrier(source)
+    carrier = triton_cache.TritonCarrier(source, home=str(new_host))  # Triton's directory, as install() reads it
     done = CachesAhead(source, [], triton=carrier).start().wait()
     assert done.files == 2 and (new_host / "KEY" / "k.cubin").read_bytes() == b"cubin"
     group = json.loads((new_host / "KEY" / "__grp__k.json").read_text())
