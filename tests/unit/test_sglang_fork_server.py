@@ -587,10 +587,12 @@ def test_a_stand_in_bound_in_a_class_body_is_put_back(monkeypatch, tmp_path):
 
 def test_the_forked_line_names_where_torchs_queries_were_put_back(caplog):
     state = fs._State()
-    state._status = {"safe": True, "import_s": 18.5, "checks_s": 0.6, "mended": ["torch._dynamo.x.CudaInterface.f"]}
+    state._status = {"safe": True, "import_s": 18.5, "checks_s": 0.6, "walk_s": 0.5, "answers_s": 0.01,
+                     "process_s": 0.09, "mended": ["torch._dynamo.x.CudaInterface.f"]}
     with caplog.at_level(logging.INFO, logger="foundry.sglang"):
         state.say_forked("scheduler")
-    assert "checks after the imports included: 0.60 s; torch's own device queries put back in " \
+    assert "checks after the imports included: 0.60 s, of which the walk for torch's functions 0.50 s, kept " \
+           "answers 0.01 s, driver and threads 0.09 s; torch's own device queries put back in " \
            "torch._dynamo.x.CudaInterface.f)" in caplog.text
 
 
@@ -730,6 +732,7 @@ def test_the_status_says_how_long_the_checks_after_the_imports_took(tmp_path, mo
     monkeypatch.setattr(preload, "nvml_answers", lambda: contextlib.nullcontext(device_facts.Answers()))
     status = preload.run(modules=("imports_fine",), path=str(tmp_path / "status.json"))
     assert 0.0 <= status["checks_s"] <= status["import_s"]
+    assert 0.0 <= sum(status[check] for check in preload.CHECKS) <= status["checks_s"]
     assert json.loads((tmp_path / "status.json").read_text())["checks_s"] == status["checks_s"]
 
 

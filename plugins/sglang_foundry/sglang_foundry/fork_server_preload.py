@@ -192,7 +192,8 @@ def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager]
     """Imports ``modules`` with the device queries answered from NVML; returns why the process is
     not safe to fork from, or None. Stops at the import that finds the driver initialised.
     ``timings`` gets ``checks_s``: the seconds of the checks after the imports (part of the
-    import time the status reports); ``mended`` the paths where torch's own functions were put back."""
+    import time the status reports), and each check's own (:data:`CHECKS`); ``mended`` the paths
+    where torch's own functions were put back."""
     try:
         with answers() as answered, nvml_device_count(), watch() as watched:
             for name in modules:
@@ -200,32 +201,46 @@ def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager]
     except DriverInitialised as found:
         return f"importing SGLang initialised the CUDA driver in the fork server; it happened {found} " \
                "(the fork server stopped importing there)"
-    checks_started = time.perf_counter()
+    timings = timings if timings is not None else {}
+    with _timed(timings, "checks_s"):
+        return _checked(answered, watched, mended if mended is not None else [], timings)
+
+
+# The checks after the imports, each timed in the status: they delay the first fork.
+CHECKS = ("walk_s", "answers_s", "process_s")
+
+
+@contextlib.contextmanager
+def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    start = time.perf_counter()
     try:
-        return _checked(answered, watched, mended if mended is not None else [])
+        yield
     finally:
-        if timings is not None:
-            timings["checks_s"] = time.perf_counter() - checks_started
+        timings[name] = time.perf_counter() - start
 
 
-def _checked(answered: device_facts.Answers, watched: DriverWatch, mended: list[str]) -> str | None:
-    """After the imports: torch's own functions back where stand-ins were kept, no stand-in's
-    answer kept, then :func:`unsafe_reason`."""
+def _checked(answered: device_facts.Answers, watched: DriverWatch, mended: list[str],
+             timings: dict[str, float]) -> str | None:
+    """After the imports: torch's own functions back where stand-ins were kept (``walk_s``), no
+    stand-in's answer kept (``answers_s``), then :func:`unsafe_reason` (``process_s``)."""
     replaced, torch = answered.stand_ins, sys.modules.get("torch")
-    if replaced and torch is not None:
-        put_back, kept = device_facts.rebind(replaced, torch)  # e.g. Triton's driver, made during the imports
-        mended.extend(put_back)
-    else:
-        kept = device_facts.kept_references(replaced)
+    with _timed(timings, "walk_s"):
+        if replaced and torch is not None:
+            put_back, kept = device_facts.rebind(replaced, torch)  # e.g. Triton's driver, made during the imports
+            mended.extend(put_back)
+        else:
+            kept = device_facts.kept_references(replaced)
     if kept:
         return ("importing SGLang kept a reference to the fork server's NVML stand-in for torch.cuda's device "
                 f"queries ({', '.join(kept[:5])}), which would answer for the wrong device later")
-    holders = device_facts.kept_answers(answered.given)
+    with _timed(timings, "answers_s"):
+        holders = device_facts.kept_answers(answered.given)
     if holders:
         return ("importing SGLang kept an answer of the fork server's NVML stand-in for "
                 f"torch.cuda.get_device_properties (held by: {', '.join(holders[:5])}), which lacks most of "
                 "the device's properties")
-    why = unsafe_reason()
+    with _timed(timings, "process_s"):
+        why = unsafe_reason()
     if why and watched.culprit:
         why += f"; it happened {watched.culprit}"
     return why
