@@ -12,15 +12,15 @@ check counts devices through the CUDA runtime (cuInit): SGLang 0.5.17 calls it a
 class body of ``distributed/parallel_state.py``'s ``GraphCaptureContext`` (an annotation) and at module level in
 ``managers/cache_controller.py``. Its stand-in answers ``cuda`` when NVML sees a device.
 
-A module that kept a reference to one of the stand-ins (``from torch.cuda import current_device``
-at import, or Triton's driver, made at import by SGLang's ``fla`` kernels, which binds
-``torch.cuda.current_device``) would answer from NVML for good, also after ``torch.cuda.set_device``:
-:func:`rebind` puts torch's own functions back there, and :func:`kept_references` finds what it
-could not mend, which makes the fork server unsafe, so SGLang's children are spawned as usual.
-Classes are walked too: torch's ``_dynamo/device_interface.py`` binds
-``staticmethod(torch.cuda.get_device_properties)`` (and ``current_device``) in ``CudaInterface``'s
-class body, and Inductor's code generation asks it for the SM count, which the stand-in's facts do
-not have (seen on the H200 with ``--enable-torch-compile``).
+A module may keep a reference to a query while the stand-ins are in place: ``from torch.cuda import
+current_device`` at import, Triton's driver (made at import by SGLang's ``fla`` kernels, it binds
+``torch.cuda.current_device``), or torch's ``_dynamo/device_interface.py``, whose ``CudaInterface``
+binds ``staticmethod(torch.cuda.get_device_properties)`` in its class body (Inductor asks it for the
+SM count, which NVML's facts do not have). So a stand-in answers from NVML only inside the block:
+outside it, and in every child forked later, it calls torch's own function, whoever holds it.
+Nothing needs finding and putting back (a walk of every module, class and object the imports made
+took 0.5-0.9 s of the fork server's time on the H200, while a launch may wait for it).
+:func:`kept_stand_ins` says which were kept, for the log.
 
 An import could also keep an *answer*: a ``DeviceFacts`` from the stand-in
 ``get_device_properties`` in a cache (``functools.cache``) or a module's variable, read later for a
@@ -36,9 +36,7 @@ import dataclasses
 import functools
 import gc
 import sys
-import types
-import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,28 +129,57 @@ def stand_ins(facts: Callable[[int], DeviceFacts], device: Callable[[str], Any],
 
 @dataclass
 class Answers:
-    """What :func:`answered_from` put in place: the stand-ins by query (for :func:`rebind` and
-    :func:`kept_references`) and each ``get_device_properties`` answer (for :func:`kept_answers`)."""
+    """What :func:`answered_from` put in place: the stand-ins by query with their reference counts
+    before the block (for :func:`kept_stand_ins`) and each ``get_device_properties`` answer (for
+    :func:`kept_answers`)."""
 
     stand_ins: dict[str, Callable[..., Any]] = field(default_factory=dict)
     given: list[DeviceFacts] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+
+
+class _Switch:
+    """Whether the stand-ins of one :func:`answered_from` answer from NVML."""
+
+    on = True
+
+
+def _switched(own: Callable[..., Any], answer: Callable[..., Any], switch: _Switch) -> Callable[..., Any]:
+    """``answer`` while ``switch`` is on, ``own`` (torch's function, whose name and signature it
+    takes) after."""
+
+    @functools.wraps(own)
+    def query(*args: Any, **kwargs: Any) -> Any:
+        return answer(*args, **kwargs) if switch.on else own(*args, **kwargs)
+
+    return query
 
 
 @contextlib.contextmanager
 def answered_from(torch: Any, facts: Callable[[int], DeviceFacts]) -> Iterator[Answers]:
     """For the duration of the block, the :data:`QUERIES` answer from ``facts`` (see
-    :func:`nvml_facts`); yields what stands in. A query this torch lacks is left out."""
-    answers = Answers()
-    answers.stand_ins = {q: fn for q, fn in stand_ins(facts, torch.device, answers.given).items()
-                         if hasattr(*owner(torch, q))}
-    saved = {q: getattr(*owner(torch, q)) for q in answers.stand_ins}
+    :func:`nvml_facts`); yields what stands in. After the block torch holds its own functions
+    again, and a stand-in an import kept calls them. A query this torch lacks is left out."""
+    answers, switch = Answers(), _Switch()
+    own = {q: getattr(*owner(torch, q)) for q in QUERIES if hasattr(*owner(torch, q))}
+    answers.stand_ins = {q: _switched(own[q], fn, switch)
+                         for q, fn in stand_ins(facts, torch.device, answers.given).items() if q in own}
+    answers.counts = _references(list(answers.stand_ins.values()))
     for q, fn in answers.stand_ins.items():
         setattr(*owner(torch, q), fn)
     try:
         yield answers
     finally:
-        for q, fn in saved.items():
+        switch.on = False
+        for q, fn in own.items():
             setattr(*owner(torch, q), fn)
+
+
+def kept_stand_ins(answers: Answers) -> list[str]:
+    """The queries whose stand-in something besides ``answers`` still holds after the block (each
+    calls torch's own function now): reference counts against those before the block."""
+    now = _references(list(answers.stand_ins.values()))
+    return [q for q, before, after in zip(answers.stand_ins, answers.counts, now) if after > before]
 
 
 def kept_answers(given: list[DeviceFacts]) -> list[str]:
@@ -170,104 +197,6 @@ def kept_answers(given: list[DeviceFacts]) -> list[str]:
     return sorted({type(r).__name__ for r in gc.get_referrers(*kept) if r is not given and r is not kept})
 
 
-def _references(answers: list[DeviceFacts]) -> list[int]:
-    """Each answer's reference count as this loop reads it (its list's, the loop's, the call's)."""
-    return [sys.getrefcount(answer) for answer in answers]
-
-
-# Values never walked into: modules, functions (their attributes are not an import's state).
-# Classes are walked (class bodies bind torch's functions), as their own kind of holder.
-_NOT_PLAIN = (type, types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType,
-              functools.partial)
-_WRAPPERS = (staticmethod, classmethod)
-# The commonest attribute types that hold nothing walked: skipped before the costlier checks.
-_LEAVES = frozenset({types.FunctionType, types.BuiltinFunctionType, types.ModuleType, staticmethod, classmethod,
-                     property, str, int, float, bool, type(None), tuple, list, dict, set, frozenset, bytes})
-
-
-def _held(value: Any) -> Any:
-    """What an attribute holds: the function inside a ``staticmethod``/``classmethod``."""
-    return value.__func__ if type(value) in _WRAPPERS else value
-
-
-def _holding(ids: set[int], depth: int = 3) -> list[tuple[str, Any, str, Any]]:
-    """(path, holder, attribute, value) for every attribute, of every loaded module, of the
-    classes defined there and of the plain objects those hold down to ``depth`` levels from the
-    module, whose value (or the function its ``staticmethod``/``classmethod`` wraps) is one of
-    ``ids`` (Triton keeps its driver, which binds torch.cuda's functions, in
-    ``triton.runtime.driver._default``; torch's ``CudaInterface`` binds them in its class body).
-    One pass, paths made only for what it finds: the fork server walks many thousand modules
-    while a launch may be waiting."""
-    found: list[tuple[str, Any, str, Any]] = []
-    seen: set[int] = set()
-
-    def walk(path: str, holder: Any, level: int) -> None:
-        for attr, value in list(_own_attributes(holder).items()):
-            kind = type(value)
-            if id(value.__func__ if kind in _WRAPPERS else value) in ids:  # _held, inlined: the hot loop
-                found.append((f"{path}.{attr}", holder, attr, value))
-            elif level < depth and kind not in _LEAVES and id(value) not in seen and _walked(value, holder):
-                seen.add(id(value))
-                walk(f"{path}.{attr}", value, level + 1)
-
-    # Reading some attributes warns (torch.distributed.reduce_op is deprecated): not the user's doing.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for name, module in list(sys.modules.items()):
-            if module is not None:
-                walk(name, module, 1)
-    return found
-
-
-def _walked(value: Any, holder: Any) -> bool:
-    """A plain object with attributes of its own, or a class defined where it is found (a module's
-    own classes and their nested ones; a class imported from elsewhere is walked from its module).
-    Nothing an import defined can make the walk raise: what cannot be read is not walked."""
-    try:
-        if isinstance(value, type):
-            if isinstance(holder, types.ModuleType):
-                where = _own_attributes(holder).get("__name__")
-            else:
-                where = _own_attributes(holder if isinstance(holder, type) else type(holder)).get("__module__")
-            return _own_attributes(value).get("__module__") == where
-        return _plain_object(value)
-    except Exception:  # noqa: BLE001 - see above
-        return False
-
-
-def _plain_object(value: Any) -> bool:
-    """An instance with attributes of its own: not a module, class, function or builtin."""
-    return type(value).__dictoffset__ != 0 and not isinstance(value, _NOT_PLAIN) and bool(_own_attributes(value))
-
-
-def _own_attributes(holder: Any) -> Mapping[str, Any]:
-    """``holder.__dict__`` as Python stores it, or nothing: read past ``__getattr__`` and
-    ``__getattribute__`` hooks, which may raise anything (pydantic's placeholder validator on
-    ``BaseModel``, a slotted object, raises ``PydanticUserError`` for any attribute it lacks)."""
-    try:
-        found = object.__getattribute__(holder, "__dict__")
-    except Exception:  # noqa: BLE001 - no dictionary of its own
-        return {}
-    return found if isinstance(found, (dict, types.MappingProxyType)) else {}
-
-
-def kept_references(replaced: dict[str, Callable[..., Any]]) -> list[str]:
-    """The paths of loaded modules' attributes (and their objects', :func:`_holding`) that are one
-    of the stand-ins."""
-    return sorted(path for path, _, _, _ in _holding({id(fn) for fn in replaced.values()}))
-
-
-def rebind(replaced: dict[str, Callable[..., Any]], torch: Any) -> tuple[list[str], list[str]]:
-    """Puts torch's own function back wherever an import kept a stand-in (after the block of
-    :func:`answered_from`, so torch holds them again), in one walk of :func:`_holding`; returns
-    the paths it mended and those it could not (as :func:`kept_references` names them)."""
-    by_id = {id(fn): query for query, fn in replaced.items()}
-    mended, kept = [], []
-    for path, holder, attr, value in _holding(set(by_id)):
-        own = getattr(*owner(torch, by_id[id(_held(value))]))
-        try:
-            setattr(holder, attr, type(value)(own) if isinstance(value, _WRAPPERS) else own)
-            mended.append(path)
-        except (AttributeError, TypeError):
-            kept.append(path)
-    return sorted(mended), sorted(kept)
+def _references(values: list[Any]) -> list[int]:
+    """Each value's reference count as this loop reads it (its list's, the loop's, the call's)."""
+    return [sys.getrefcount(value) for value in values]

@@ -161,13 +161,12 @@ class _State:
         if what not in self._said:
             self._said.add(what)
             status = self.status()
-            mended = status.get("mended") or []
+            kept = status.get("kept") or []
             logger.info("foundry: SGLang's %s is forked from the fork server (which imported SGLang in %.2f s, "
-                        "its checks after the imports included: %.2f s, of which the walk for torch's functions "
-                        "%.2f s, kept answers %.2f s, driver and threads %.2f s%s)", what,
-                        *(float(status.get(k, 0.0)) for k in ("import_s", "checks_s", "walk_s", "answers_s",
-                                                               "process_s")),
-                        f"; torch's own device queries put back in {', '.join(mended)}" if mended else "")
+                        "its checks after the imports included: %.2f s%s)", what, float(status.get("import_s", 0.0)),
+                        float(status.get("checks_s", 0.0)),
+                        f"; the imports kept the stand-ins for torch's {', '.join(kept)}, which now call torch's own" if kept
+                        else "")
 
     def say_once(self, what: str, reason: str) -> None:
         if reason not in self._said:

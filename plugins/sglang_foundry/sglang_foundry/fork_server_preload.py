@@ -188,12 +188,12 @@ def nvml_answers() -> contextlib.AbstractContextManager:
 
 def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager] = nvml_answers,
                watch: Callable[[], DriverWatch] = lambda: DriverWatch(stop=True),
-               timings: dict[str, float] | None = None, mended: list[str] | None = None) -> str | None:
+               timings: dict[str, float] | None = None, kept: list[str] | None = None) -> str | None:
     """Imports ``modules`` with the device queries answered from NVML; returns why the process is
     not safe to fork from, or None. Stops at the import that finds the driver initialised.
     ``timings`` gets ``checks_s``: the seconds of the checks after the imports (part of the
-    import time the status reports), and each check's own (:data:`CHECKS`); ``mended`` the paths
-    where torch's own functions were put back."""
+    import time the status reports), and each check's own (:data:`CHECKS`); ``kept`` the queries
+    whose stand-in an import kept (each calls torch's own function now)."""
     try:
         with answers() as answered, nvml_device_count(), watch() as watched:
             for name in modules:
@@ -203,11 +203,13 @@ def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager]
                "(the fork server stopped importing there)"
     timings = timings if timings is not None else {}
     with _timed(timings, "checks_s"):
-        return _checked(answered, watched, mended if mended is not None else [], timings)
+        if kept is not None:
+            kept.extend(device_facts.kept_stand_ins(answered))
+        return _checked(answered, watched, timings)
 
 
 # The checks after the imports, each timed in the status: they delay the first fork.
-CHECKS = ("walk_s", "answers_s", "process_s")
+CHECKS = ("answers_s", "process_s")
 
 
 @contextlib.contextmanager
@@ -219,20 +221,9 @@ def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
         timings[name] = time.perf_counter() - start
 
 
-def _checked(answered: device_facts.Answers, watched: DriverWatch, mended: list[str],
-             timings: dict[str, float]) -> str | None:
-    """After the imports: torch's own functions back where stand-ins were kept (``walk_s``), no
-    stand-in's answer kept (``answers_s``), then :func:`unsafe_reason` (``process_s``)."""
-    replaced, torch = answered.stand_ins, sys.modules.get("torch")
-    with _timed(timings, "walk_s"):
-        if replaced and torch is not None:
-            put_back, kept = device_facts.rebind(replaced, torch)  # e.g. Triton's driver, made during the imports
-            mended.extend(put_back)
-        else:
-            kept = device_facts.kept_references(replaced)
-    if kept:
-        return ("importing SGLang kept a reference to the fork server's NVML stand-in for torch.cuda's device "
-                f"queries ({', '.join(kept[:5])}), which would answer for the wrong device later")
+def _checked(answered: device_facts.Answers, watched: DriverWatch, timings: dict[str, float]) -> str | None:
+    """After the imports: no stand-in's answer kept (``answers_s``), then :func:`unsafe_reason`
+    (``process_s``)."""
     with _timed(timings, "answers_s"):
         holders = device_facts.kept_answers(answered.given)
     if holders:
@@ -250,13 +241,13 @@ def run(modules=MODULES, path: str | None = None) -> dict:
     """Imports ``modules``, checks the process, writes the status; returns it."""
     start = time.perf_counter()
     timings: dict[str, float] = {}
-    mended: list[str] = []
+    kept: list[str] = []
     try:
-        why = import_all(modules, timings=timings, mended=mended)
+        why = import_all(modules, timings=timings, kept=kept)
     except BaseException as exc:  # noqa: BLE001 - see the module docstring
         why = f"importing SGLang failed ({type(exc).__name__}: {exc})"
     status = {"safe": why is None, "why": why or "", "import_s": round(time.perf_counter() - start, 3),
-              "pid": os.getpid(), "mended": mended, **{k: round(v, 3) for k, v in timings.items()}}
+              "pid": os.getpid(), "kept": kept, **{k: round(v, 3) for k, v in timings.items()}}
     path = path or os.environ.get(STATUS_ENV)
     if path:
         try:
