@@ -324,15 +324,21 @@ def test_a_fresh_host_loads_the_kernels_the_save_start_used(fake_triton, tmp_pat
     assert carrier.seeded.files == 3 and not (tmp_path / "fresh-host" / "WARM").exists()  # only keys looked up
 
 
+def carried_by_save(archive: Path) -> HostCaches:
+    """What the installed carrier's SAVE writes to ``archive``; the carrier is uninstalled after."""
+    caches = HostCaches(archive, archive / "rank0")
+    triton_cache.current().carry(caches)
+    caches.write_list()
+    triton_cache.uninstall()
+    return caches
+
+
 def test_a_kernel_already_on_the_host_is_left_alone(fake_triton, tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "host"))
     triton_cache.install(triton_cache.TritonCarrier())
     compile_kernel("K")
     archive = tmp_path / "archive"
-    caches = HostCaches(archive, archive / "rank0")
-    triton_cache.current().carry(caches)
-    caches.write_list()
-    triton_cache.uninstall()
+    carried_by_save(archive)
     carrier = triton_cache.TritonCarrier(HostCaches.read(archive, archive / "rank0"))
     triton_cache.install(carrier)
     assert open_kernel("K") is not None and carrier.seeded.files == 0 and carrier.seeded.present == 3
@@ -347,10 +353,7 @@ def test_only_kernels_of_tritons_own_directory_are_placed_ahead(fake_triton, tmp
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "save-inductor" / "triton" / "0"))
     compile_kernel("INDUCTOR")
     archive = tmp_path / "archive"
-    caches = HostCaches(archive, archive / "rank0")
-    triton_cache.current().carry(caches)
-    caches.write_list()
-    triton_cache.uninstall()
+    caches = carried_by_save(archive)
     assert {cache: sorted({rel.split("/")[0] for rel in files}) for cache, files in caches.entries.items()} == {
         triton_cache.CACHE: ["ENGINE"], triton_cache.ELSEWHERE: ["INDUCTOR"]}
 
