@@ -104,6 +104,24 @@ def test_the_status_is_awaited_until_the_server_writes_it(tmp_path, monkeypatch)
     assert time.monotonic() - start >= 0.25
 
 
+def test_the_wait_for_the_fork_server_counts_on_the_critical_path(tmp_path, monkeypatch):
+    from foundry_core.engine.critical_path import LEDGER
+
+    monkeypatch.setattr(fs, "_server_alive", lambda: True)
+    monkeypatch.setattr(LEDGER, "reported", True)  # no line at this test process's exit
+    LEDGER.reset()
+    state, path = fs._State(), tmp_path / "status.json"
+    state.status_path = str(path)
+    threading.Timer(0.3, lambda: preload.write_status(str(path), {"safe": True, "why": ""})).start()
+    assert state.status(timeout_s=10)["safe"] is True
+    assert LEDGER.items()["fork server wait"] >= 0.25
+    LEDGER.reset()
+    state._status, path = None, tmp_path / "already.json"
+    preload.write_status(str(path), {"safe": True, "why": ""})
+    state.status_path = str(path)
+    assert state.status()["safe"] is True and "fork server wait" not in LEDGER.items()  # written before: no wait
+
+
 def test_a_status_that_never_comes_spawns(tmp_path, monkeypatch):
     monkeypatch.setattr(fs, "_server_alive", lambda: True)
     status = fs.read_status(str(tmp_path / "never.json"), timeout_s=0.2)

@@ -149,10 +149,17 @@ class _State:
             if self.status_path is None:
                 self._status = {"safe": False, "why": "no fork server was started (see FOUNDRY_SGLANG_FORK_SERVER)"}
             else:
-                if not os.path.exists(self.status_path):
+                if os.path.exists(self.status_path):
+                    self._status = read_status(self.status_path, timeout_s)
+                else:
+                    # On the start's critical path (a spawned child would import SGLang for longer);
+                    # imported here, not at start-up, where the engine layer would cost the hook.
+                    from foundry_core.engine.critical_path import LEDGER
+
                     logger.info("foundry: waiting for the fork server to finish importing SGLang (at most %.0f s)",
                                 timeout_s)
-                self._status = read_status(self.status_path, timeout_s)
+                    with LEDGER.timed("fork server wait"):
+                        self._status = read_status(self.status_path, timeout_s)
                 with contextlib.suppress(OSError):
                     os.unlink(self.status_path)  # read once; no file per start left in the temporary directory
         return self._status
