@@ -1276,7 +1276,8 @@ def test_cli_refuses_unsupported_settings_in_the_main_process(fake_sglang, activ
         _parse(fake_sglang, ["--tp-size", "2", "--enable-torch-compile", "--cuda-graph-backend-prefill", "full",
                              "--foundry-archive", str(tmp_path)])
     text = str(err.value)
-    assert "tp_size=2" in text and "--enable-torch-compile" in text and modes.PREFILL_FLAG in text
+    assert "tp_size=2" in text and modes.PREFILL_FLAG in text
+    assert "--enable-torch-compile" not in text  # supported
     assert "prefill CUDA-graph backend 'full' is not supported" in text
     assert "--foundry-mode off" in text and not activations  # refused before the children's environment
 
@@ -1309,11 +1310,11 @@ def test_modes_accept_the_supported_configuration(fake_sglang):
     assert "FOUNDRY_SGLANG_PREFILL_GRAPHS=0" in problem and modes.PREFILL_FLAG in problem
 
 
-def test_torch_compile_is_refused_unless_switched_on_and_never_with_cudagraph_trees(fake_sglang):
+def test_torch_compile_is_supported_unless_switched_off_and_never_with_cudagraph_trees(fake_sglang):
     compiled = _server_args(fake_sglang, enable_torch_compile=True)
-    (problem,) = modes.unsupported_settings(compiled, environ={})
-    assert "--enable-torch-compile" in problem and "FOUNDRY_SGLANG_TORCH_COMPILE=1" in problem
-    on = {"FOUNDRY_SGLANG_TORCH_COMPILE": "1"}
+    (problem,) = modes.unsupported_settings(compiled, environ={"FOUNDRY_SGLANG_TORCH_COMPILE": "0"})
+    assert "--enable-torch-compile" in problem and "FOUNDRY_SGLANG_TORCH_COMPILE=0" in problem
+    on: dict[str, str] = {}  # the default
     assert modes.unsupported_settings(compiled, environ=on) == []
     for mode in modes.COMPILE_MODES:
         assert modes.unsupported_settings(compiled, environ={**on, "SGLANG_TORCH_COMPILE_MODE": mode}) == [], mode
@@ -1333,7 +1334,8 @@ def test_modes_list_every_problem_at_once(fake_sglang):
                       enable_memory_saver=True, speculative_algorithm="EAGLE", enable_lora=True, enable_symm_mem=True,
                       enable_return_hidden_states=True, disaggregation_mode="decode",
                       cuda_graph_backend_decode="breakable", cuda_graph_backend_prefill="tc_piecewise")
-    problems = modes.unsupported_settings(sa, environ={"SGLANG_ENABLE_POST_CAPTURE_KV_SIZING": "true",
+    problems = modes.unsupported_settings(sa, environ={"FOUNDRY_SGLANG_TORCH_COMPILE": "0",
+                                                       "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING": "true",
                                                        "SGLANG_ENABLE_CUDA_GRAPH_DEDUP": "1",
                                                        "SGLANG_MOONCAKE_CUSTOM_MEM_POOL": "NVLINK"})
     text = "\n".join(problems)
@@ -1801,7 +1803,8 @@ def test_load_falls_back_when_the_gpu_lacks_the_kv_memory(scheduler):
     assert "profile" in run.steps() and run.rt.saved  # profiled (paused) and saved afresh
 
 
-def test_unsupported_configuration_is_refused_before_nccl(scheduler):
+def test_unsupported_configuration_is_refused_before_nccl(scheduler, monkeypatch):
+    monkeypatch.setenv("FOUNDRY_SGLANG_TORCH_COMPILE", "0")
     with pytest.raises(modes.UnsupportedConfigError) as err:
         scheduler("save", disable_prefill_cuda_graph=False, cuda_graph_backend_prefill="full",
                   enable_torch_compile=True)

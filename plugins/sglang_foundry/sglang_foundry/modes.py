@@ -3,8 +3,7 @@
 Supported in this version: one GPU (tensor, pipeline, data, expert, attention-context and
 decode-context parallel size 1, one node), the decode CUDA graphs of the ``full`` backend
 (one torch CUDA graph per batch size), the prefill graphs of the ``breakable`` backend (SGLang's CUDA
-default) or none, torch.compile only with ``FOUNDRY_SGLANG_TORCH_COMPILE=1`` (experimental) and
-without CUDA-graph trees, no speculative
+default) or none, torch.compile without CUDA-graph trees, no speculative
 decoding, no LoRA, no memory saver, no symmetric memory, no batch overlap or PD multiplexing, no
 hidden-state outputs, no PD disaggregation, no post-capture KV resizing.
 
@@ -15,10 +14,10 @@ Why each refusal (SGLang 0.5.17 source):
   does not save; ``SGLANG_ENABLE_CUDA_GRAPH_DEDUP``: one executable shared by several segments;
 - decode backend other than ``full``: ``breakable`` captures through another backend class;
   ``disabled`` captures nothing, so there is nothing to save or restore;
-- torch.compile: compiled in the first capture warmup of each size and called only in the
-  warmups and the capture, which LOAD replaces, so LOAD needs none of it; on a GPU SAVE saved the
-  compiled graphs and LOAD restored them without tracing anything, but LOAD's outputs have not been
-  compared with SAVE's yet (opt in with ``FOUNDRY_SGLANG_TORCH_COMPILE=1``). Modes with CUDA-graph trees
+- torch.compile: supported (``FOUNDRY_SGLANG_TORCH_COMPILE=0`` refuses it). It is compiled in the
+  first capture warmup of each size and called only in the warmups and the capture, which LOAD
+  replaces, so LOAD needs none of it (on the H200: nothing traced or compiled, outputs identical to
+  SAVE's, also on emptied compile caches). Modes with CUDA-graph trees
   (``SGLANG_TORCH_COMPILE_MODE=reduce-overhead|max-autotune``, ``TORCHINDUCTOR_CUDAGRAPHS=1``) record
   Inductor's own graphs in a private pool inside SGLang's capture: refused;
 - memory saver: torch_memory_saver preloads its own allocator and maps weights, KV and graphs
@@ -158,9 +157,8 @@ def _compile_problems(server_args: Any, environ: Mapping[str, str]) -> list[str]
     if not setting(server_args, "enable_torch_compile", False):
         return []
     if not options.torch_compile(environ):
-        return [f"torch.compile (--enable-torch-compile) is saved and restored only with {options.TORCH_COMPILE_ENV}=1 "
-                "in this version (experimental: a LOAD's outputs have not been compared with its SAVE's yet); "
-                "drop the flag, or set it"]
+        return [f"torch.compile (--enable-torch-compile) is refused: {options.TORCH_COMPILE_ENV}=0; drop the flag, or "
+                "unset the variable"]
     problems = []
     mode = environ.get("SGLANG_TORCH_COMPILE_MODE", "").strip()
     if mode and mode not in COMPILE_MODES:

@@ -13,9 +13,9 @@
   CUDA default) are refused instead of saved and restored with the decode graphs (then start SGLang
   with ``--disable-prefill-cuda-graph``). A LOAD whose prefill placements differ from SAVE's falls
   back to a normal start either way.
-- ``FOUNDRY_SGLANG_TORCH_COMPILE=1``: decode graphs captured from SGLang's torch.compile'd forward
-  (``--enable-torch-compile``) are saved and restored instead of refused. Experimental: on a GPU
-  the LOAD restored them, its outputs not yet compared with SAVE's (docs/engine-sglang.md, section 7).
+- ``FOUNDRY_SGLANG_TORCH_COMPILE=0``: ``--enable-torch-compile`` is refused instead of saved and
+  restored (the graphs captured from SGLang's compiled forward; a LOAD needs none of the compiled
+  code, docs/engine-sglang.md, section 7).
 - ``FOUNDRY_SGLANG_PREFILL_TRACE=FILE``: each prefill shape's capture (SAVE) or stand-in (LOAD)
   appends PyTorch's cached segments at its end to FILE (JSON lines): what to compare when a LOAD's
   prefill placements diverge.
@@ -85,8 +85,8 @@ def prefill_graphs(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def torch_compile(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether ``--enable-torch-compile`` starts are saved and restored (default no: refused)."""
-    return env_flag(TORCH_COMPILE_ENV, False, environ)
+    """Whether ``--enable-torch-compile`` starts are saved and restored (default yes; 0 refuses them)."""
+    return env_flag(TORCH_COMPILE_ENV, True, environ)
 
 
 def prefill_trace(environ: Mapping[str, str] | None = None) -> str | None:
