@@ -163,8 +163,9 @@ class EngineReleases:
     # ---- checks both engines pass ---------------------------------------------------------------
 
     def check_entry_point(self, group: str) -> metadata.EntryPoint:
-        """The installed plugin registers ``<plugin>:register`` as entry point 'foundry' of
-        ``group``, depends on foundry-core and keeps the engine an optional extra; returns it."""
+        """The installed plugin registers its ``register`` function (``<plugin>.register:register``,
+        or ``<plugin>:register``) as entry point 'foundry' of ``group``, depends on foundry-core and
+        keeps the engine an optional extra; returns it."""
         module = self.plugin.replace("-", "_")
         try:
             dist = metadata.distribution(self.plugin)
@@ -173,9 +174,9 @@ class EngineReleases:
         eps = [ep for ep in metadata.entry_points(group=group) if ep.name == "foundry"]
         assert len(eps) == 1, f"expected one 'foundry' entry point in {group}, found {eps}"
         ep = eps[0]
-        assert ep.value == f"{module}:register"
+        assert ep.value in (f"{module}.register:register", f"{module}:register"), ep.value
         assert ep.dist is None or ep.dist.name == dist.metadata["Name"]
-        assert ep.load() is importlib.import_module(module).register
+        assert ep.load() is importlib.import_module(f"{module}.register").register
         assert "foundry-core" in " ".join(dist.requires or []), f"{self.plugin} must depend on foundry-core"
         assert not any(r.startswith(self.package) and "extra ==" not in r for r in dist.requires or []), \
             f"{self.name} must stay an optional extra"

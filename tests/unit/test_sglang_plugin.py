@@ -1103,9 +1103,7 @@ def recorded_activation(monkeypatch):
 
 
 def test_register_off_only_adds_the_flags(fake_sglang, recorded_activation):
-    import sglang_foundry as package
-
-    PLUGIN.check_register_off_only_adds_flags(package.register, recorded_activation,
+    PLUGIN.check_register_off_only_adds_flags(register_mod.register, recorded_activation,
                                               fake_sglang["sglang.srt.server_args"].ServerArgs,
                                               "FOUNDRY_STRICT")
 

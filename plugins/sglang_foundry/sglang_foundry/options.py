@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from foundry_core.errors import InvalidArgumentError
 
 WARMUP_FORWARDS_ENV = "FOUNDRY_SGLANG_WARMUP_FORWARDS"
 WARMUP_FORWARDS = ("paused", "region")
@@ -37,6 +36,8 @@ PREFILL_GRAPHS_ENV = "FOUNDRY_SGLANG_PREFILL_GRAPHS"
 PREFILL_TRACE_ENV = "FOUNDRY_SGLANG_PREFILL_TRACE"
 TORCH_COMPILE_ENV = "FOUNDRY_SGLANG_TORCH_COMPILE"
 _FALSE = ("0", "false", "no", "off")
+# _ERRORS_LATE: foundry_core is imported where an error is raised, not with this module, which the
+# fork server's start-up entry point imports (fork_server.py) before anything of the core.
 
 
 def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -55,12 +56,15 @@ def warmup_forwards(environ: Mapping[str, str] | None = None) -> str:
     """Where SAVE runs the capture warmup forwards: ``paused`` or ``region``."""
     value = _env(environ).get(WARMUP_FORWARDS_ENV, "").strip().lower() or WARMUP_FORWARDS[0]
     if value not in WARMUP_FORWARDS:
+        from foundry_core.errors import InvalidArgumentError  # only here: see _ERRORS_LATE
+
         raise InvalidArgumentError(f"{WARMUP_FORWARDS_ENV}={value!r}: choose one of {', '.join(WARMUP_FORWARDS)}")
     return value
 
 
 def instantiate_mode(environ: Mapping[str, str] | None = None) -> tuple[str, int]:
     """How LOAD instantiates the restored graphs (mode, threads)."""
+    from foundry_core.errors import InvalidArgumentError
     from foundry_core.graphs import MODES
 
     env = _env(environ)
