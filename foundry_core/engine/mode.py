@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from foundry_core.engine.state import read_state
+from foundry_core.engine.state import EngineState, read_state
 from foundry_core.errors import ArchiveIOError, FormatError, FoundryError, InvalidArgumentError, NotFoundError
 from foundry_core.manifest import MANIFEST_NAME, read_manifest
 
@@ -50,7 +50,13 @@ def parse_mode(value: Mode | str) -> Mode:
 
 
 def check_complete(rank_dir: str | os.PathLike) -> None:
-    """Raises unless ``rank_dir`` holds a complete rank archive; the error names what is wrong.
+    """Raises unless ``rank_dir`` holds a complete rank archive (see :func:`read_complete`)."""
+    read_complete(rank_dir)
+
+
+def read_complete(rank_dir: str | os.PathLike) -> tuple[dict, EngineState]:
+    """The manifest and the engine state of ``rank_dir`` if it holds a complete rank archive
+    (read once: a LOAD checks them on its critical path); raises otherwise, naming what is wrong.
 
     Complete: manifest.json valid (foundry_core.manifest.read_manifest), its payload file and the
     images/ directory present, and a valid engine_state.json (written last by a SAVE, so its
@@ -75,10 +81,11 @@ def check_complete(rank_dir: str | os.PathLike) -> None:
     if images.is_symlink() or not images.is_dir():
         raise FormatError(f"{d}: incomplete archive, the {IMAGES_DIR}/ directory is missing")
     try:
-        read_state(d)
+        state = read_state(d)
     except ArchiveIOError:
         raise FormatError(f"{d}: incomplete archive, engine_state.json is missing (the SAVE did not finish)") \
             from None
+    return manifest, state
 
 
 def is_complete(rank_dir: str | os.PathLike) -> bool:

@@ -38,9 +38,9 @@ from foundry_core.engine.critical_path import LEDGER
 from foundry_core.engine.fingerprint import ParallelConfig, describe_mismatch, engine_fields, engine_fingerprint
 from foundry_core.engine.images_ahead import ImagesAhead
 from foundry_core.engine.layout import Topology, check_topology, rank_dir, write_topology
-from foundry_core.engine.mode import Mode, check_complete, is_complete, parse_mode, resolve_mode
+from foundry_core.engine.mode import Mode, is_complete, parse_mode, read_complete, resolve_mode
 from foundry_core.engine.plugin_manager import FoundryPluginManager
-from foundry_core.engine.state import EngineState, read_state, write_state
+from foundry_core.engine.state import EngineState, write_state
 from foundry_core.errors import (
     ArchiveIOError,
     DivergenceError,
@@ -52,7 +52,6 @@ from foundry_core.errors import (
     StateError,
     VersionError,
 )
-from foundry_core.manifest import MANIFEST_NAME, read_manifest
 from foundry_core.sizes import format_size, parse_size
 
 logger = logging.getLogger("foundry")
@@ -222,7 +221,7 @@ class EngineSession:
             return Mode.SAVE
         assert self.rank_dir is not None and self.archive is not None
         try:
-            check_complete(self.rank_dir)
+            manifest, state = read_complete(self.rank_dir)
         except NotFoundError as exc:
             if self.requested is Mode.AUTO:
                 logger.info("foundry: no archive for rank %d at %s; this start captures and saves one",
@@ -232,26 +231,26 @@ class EngineSession:
         except ARCHIVE_PROBLEMS as exc:
             return self.fall_back(exc)
         try:
-            self._check_archive()
+            self._check_archive(manifest, state)
         except ARCHIVE_PROBLEMS as exc:
             return self.fall_back(exc)
         logger.info("foundry: rank %d loads the archive %s", self.rank, self.rank_dir)
         return Mode.LOAD
 
-    def _check_archive(self) -> None:
+    def _check_archive(self, manifest: dict, state: EngineState) -> None:
         """Everything LOAD can check before touching the GPU: topology, every rank complete,
-        the engine fingerprint, the recorded state."""
+        the engine fingerprint of this rank's ``manifest``; keeps its recorded ``state``."""
         assert self.rank_dir is not None and self.archive is not None and self.topology is not None
         check_topology(self.archive, self.topology)
         for r in range(self.topology.world_size):
             if r != self.rank and not is_complete(rank_dir(self.archive, r)):
                 raise FormatError(f"{self.archive}: rank {r} of {self.topology.world_size} has no complete archive; "
                                   "every rank must LOAD, or none")
-        saved = engine_fields(read_manifest(self.rank_dir / MANIFEST_NAME)["fingerprint"])
+        saved = engine_fields(manifest["fingerprint"])
         mismatch = describe_mismatch(saved, self.fingerprint)
         if mismatch:
             raise MismatchError(f"{self.rank_dir} is stale: {mismatch}")
-        self._state = read_state(self.rank_dir)
+        self._state = state
 
     def fall_back(self, cause: FoundryError) -> Mode:
         """Applies the fallback policy to ``cause``; returns the mode the engine continues in.

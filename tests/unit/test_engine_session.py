@@ -144,6 +144,21 @@ def test_next_start_loads_with_the_recorded_state(archive, io):
     assert adapter.fallbacks == []
 
 
+def test_a_load_reads_its_manifest_and_state_once(archive, io, monkeypatch):
+    from foundry_core import manifest
+    from foundry_core.engine import state
+
+    run_save(archive)
+    reads: list[str] = []
+    for module, name in ((manifest, "read_archive_file"), (state, "read_json_file")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda path, *a, _real=real: (reads.append(Path(path).name), _real(path, *a))[1])
+    session, _ = make(archive)
+    assert session.mode is Mode.LOAD  # on the start's critical path: each file parsed once
+    assert sorted(reads) == ["engine_state.json", "manifest.json"]
+    assert session.recorded_state().kv_cache_bytes == 8 << 30
+
+
 def test_load_uses_the_archive_region_not_the_configured_one(archive, io):
     run_save(archive)
     runtime = FakeRuntime()
