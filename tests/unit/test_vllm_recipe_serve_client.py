@@ -2,7 +2,6 @@
 
 import importlib.util
 import json
-import statistics
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,12 +20,20 @@ PREFILL_S = 0.1  # each request sleeps this "prefill", plus per_token_s per gene
 class _Completions(BaseHTTPRequestHandler):
     requests: list[dict] = []
     per_token_s = 0.010
+    in_flight = most_in_flight = 0
+    lock = threading.Lock()
 
     def do_POST(self):  # noqa: N802 (http.server's name)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         body["replica header"] = self.headers.get("X-data-parallel-rank")  # kept for the assertions
-        type(self).requests.append(body)
-        time.sleep(PREFILL_S + type(self).per_token_s * body["max_tokens"])
+        cls = type(self)
+        with cls.lock:
+            cls.requests.append(body)
+            cls.in_flight += 1
+            cls.most_in_flight = max(cls.most_in_flight, cls.in_flight)
+        time.sleep(PREFILL_S + cls.per_token_s * body["max_tokens"])
+        with cls.lock:
+            cls.in_flight -= 1
         # Tokens that depend on the prompt, as a greedy model's would.
         seed = sum(body["prompt"].encode())
         tokens = [(seed + i) % 1000 for i in range(body["max_tokens"])]
@@ -46,7 +53,7 @@ class _Completions(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    _Completions.requests = []
+    _Completions.requests, _Completions.most_in_flight = [], 0
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Completions)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -55,16 +62,18 @@ def server():
     httpd.server_close()
 
 
-def test_tpot_is_the_extra_time_per_decode_step_without_the_prefill(server, monkeypatch):
-    monkeypatch.setattr(_Completions, "per_token_s", 0.050)
-    samples = client.tpot_samples_ms(f"http://127.0.0.1:{server}", batch=4, tokens=1, reps=3)
-    assert len(samples) == 3
-    # 50 ms per token by construction; the fixed 100 ms "prefill" cancels out. Dividing by the
-    # 2 tokens of the long requests would give 25 ms, leaving the prefill in 200 ms, and sending
-    # the 4 requests one after another 200 ms or more. The bounds leave a busy host (parallel
-    # test workers) room on both sides: a late short request lowers one sample, a late long one
-    # raises it.
-    assert 38.0 <= statistics.median(samples) <= 90.0, samples
+def test_tpot_is_the_extra_time_per_decode_step_without_the_prefill(monkeypatch):
+    # Batches that take a fixed 100 ms "prefill" plus 50 ms per token: the prefill cancels out.
+    # Dividing by the 2 tokens of the long requests would give 25 ms and leave the prefill in.
+    monkeypatch.setattr(client, "timed_batch", lambda base, batch, max_tokens, pool, replica=None:
+                        PREFILL_S + 0.050 * max_tokens)
+    samples = client.tpot_samples_ms("http://127.0.0.1:9", batch=4, tokens=1, reps=3)
+    assert samples == pytest.approx([50.0, 50.0, 50.0])
+
+
+def test_tpot_rounds_send_short_and_long_greedy_batches_concurrently(server):
+    client.tpot_samples_ms(f"http://127.0.0.1:{server}", batch=4, tokens=1, reps=3)
+    assert _Completions.most_in_flight == 4  # each batch's requests at once: the engine decodes them together
     sent = _Completions.requests
     # warm (4 x 2 tokens), then per round 4 x 1 token and 4 x 2 tokens, all greedy.
     assert [r["max_tokens"] for r in sent].count(1) == 12
