@@ -19,13 +19,15 @@
 - ``FOUNDRY_SGLANG_PREFILL_TRACE=FILE``: each prefill shape's capture (SAVE) or stand-in (LOAD)
   appends PyTorch's cached segments at its end to FILE (JSON lines): what to compare when a LOAD's
   prefill placements diverge.
+
+This module imports nothing of foundry-core at import time: the fork server's start-up entry point
+(fork_server.py) reads it before the core is imported. Errors are imported where they are raised.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-
 
 WARMUP_FORWARDS_ENV = "FOUNDRY_SGLANG_WARMUP_FORWARDS"
 WARMUP_FORWARDS = ("paused", "region")
@@ -36,8 +38,6 @@ PREFILL_GRAPHS_ENV = "FOUNDRY_SGLANG_PREFILL_GRAPHS"
 PREFILL_TRACE_ENV = "FOUNDRY_SGLANG_PREFILL_TRACE"
 TORCH_COMPILE_ENV = "FOUNDRY_SGLANG_TORCH_COMPILE"
 _FALSE = ("0", "false", "no", "off")
-# _ERRORS_LATE: foundry_core is imported where an error is raised, not with this module, which the
-# fork server's start-up entry point imports (fork_server.py) before anything of the core.
 
 
 def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -56,7 +56,7 @@ def warmup_forwards(environ: Mapping[str, str] | None = None) -> str:
     """Where SAVE runs the capture warmup forwards: ``paused`` or ``region``."""
     value = _env(environ).get(WARMUP_FORWARDS_ENV, "").strip().lower() or WARMUP_FORWARDS[0]
     if value not in WARMUP_FORWARDS:
-        from foundry_core.errors import InvalidArgumentError  # only here: see _ERRORS_LATE
+        from foundry_core.errors import InvalidArgumentError
 
         raise InvalidArgumentError(f"{WARMUP_FORWARDS_ENV}={value!r}: choose one of {', '.join(WARMUP_FORWARDS)}")
     return value
