@@ -24,55 +24,41 @@ from foundry_core.errors import (
     UnsupportedError,
     VersionError,
 )
-from foundry_core.images import (
-    Image,
-    init_nvshmem_for_loaded_modules,
-    load_cuda_modules_and_libraries,
-    loaded_images,
-    pack_images,
-)
-from foundry_core.preload import preload_environment, preload_path
-from foundry_core.region import (
-    Divergence,
-    LogEntry,
-    RegionInfo,
-    allocation_divergence,
-    allocation_log,
-    allocation_region,
-    compare_logs,
-    expect_allocation_log,
-    free_preallocated_region,
-    get_current_alloc_offset,
-    preallocate_region,
-    region_info,
-    release_allocation_region,
-    resume_allocation_region,
-    set_allocation_region,
-    set_allocation_tag,
-    set_current_alloc_offset,
-    stop_allocation_region,
-)
-from foundry_core.sizes import format_size, parse_size
-from foundry_core.graphs import (
-    GraphArchive,
-    PendingGraphLoads,
-    RestoredGraph,
-    SaveReport,
-    graph,
-    load_graphs,
-    open_archive,
-    save_graph_manifest,
-    save_graphs,
-)
+
+# Where each public name is defined, imported on its first use: the start-up hook and the plugins'
+# early starts import foundry_core.fork_server without the native library (and its import time),
+# and CUDAGraph subclasses torch's, so torch is imported only when it is asked for.
+_HOMES: dict[str, tuple[str, ...]] = {
+    "foundry_core.graphs": ("GraphArchive", "PendingGraphLoads", "RestoredGraph", "SaveReport", "graph",
+                            "load_graphs", "open_archive", "save_graph_manifest", "save_graphs"),
+    "foundry_core.images": ("Image", "init_nvshmem_for_loaded_modules", "load_cuda_modules_and_libraries",
+                            "loaded_images", "pack_images"),
+    "foundry_core.preload": ("preload_environment", "preload_path"),
+    "foundry_core.region": ("Divergence", "LogEntry", "RegionInfo", "allocation_divergence", "allocation_log",
+                            "allocation_region", "compare_logs", "expect_allocation_log", "free_preallocated_region",
+                            "get_current_alloc_offset", "preallocate_region", "region_info",
+                            "release_allocation_region", "resume_allocation_region", "set_allocation_region",
+                            "set_allocation_tag", "set_current_alloc_offset", "stop_allocation_region"),
+    "foundry_core.sizes": ("format_size", "parse_size"),
+    "foundry_core.cuda_graph": ("CUDAGraph",),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 
 def __getattr__(name: str):
-    # CUDAGraph subclasses torch's, so torch is imported only when it is asked for.
-    if name == "CUDAGraph":
-        from foundry_core.cuda_graph import CUDAGraph
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'foundry_core' has no attribute {name!r}")
+    import importlib
 
-        return CUDAGraph
-    raise AttributeError(f"module 'foundry_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "CUDAGraph", "GraphArchive", "PendingGraphLoads", "RestoredGraph", "SaveReport", "graph", "load_graphs",

@@ -1,0 +1,259 @@
+"""What the fork server (:mod:`foundry_core.fork_server.client`) runs before it forks any child:
+:func:`run` imports what the engine's children import (an engine plugin's preload module calls it
+with its engine's modules), then writes whether the process is still safe to fork from. Never
+raises (multiprocessing's fork server would end on anything but an ImportError, and every launch
+would then fail): a failed import or an unsafe state is written to the status file, and the
+launches fall back to spawn.
+
+The imports run with torch.cuda's device queries answered from NVML (device_facts.py): SGLang's
+kernel package asks the compute capability at import, which would otherwise initialise CUDA. For the
+same reason ``torch.cuda.is_available()``, which many modules call at import, counts devices through
+NVML there (``PYTORCH_NVML_BASED_CUDA_CHECK=1``, PyTorch's own switch; the CUDA runtime's device count
+runs cuInit). Where an import still initialises the driver, the status names it (:class:`DriverWatch`).
+
+Safe means: CUDA was not initialised (the driver cannot be used in a child forked after cuInit; a
+driver library that is merely mapped, by an extension linked against it, is fine), and no thread
+besides the main one runs (a fork copies only the forking thread, and any lock another thread held
+stays locked in the child).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+from foundry_core.fork_server import device_facts
+from foundry_core.fork_server.client import STATUS_ENV
+
+CUDA_ERROR_NOT_INITIALIZED = 3
+NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
+DRIVER_SONAME = "libcuda.so.1"
+
+
+def mapped_cuda_driver(maps_path: str = "/proc/self/maps") -> str | None:
+    """The path of the CUDA driver library if it is mapped into this process, else None."""
+    with open(maps_path) as f:
+        for line in f:
+            path = line.split(None, 5)[-1].strip() if line.count(" ") >= 5 else ""
+            if os.path.basename(path).startswith("libcuda.so"):
+                return path
+    return None
+
+
+def driver_initialised(path: str) -> bool:
+    """Whether cuInit ran in this process, asked of the already-mapped driver without loading or
+    initialising anything: before cuInit, cuDeviceGetCount answers CUDA_ERROR_NOT_INITIALIZED.
+    (An extension linked against libcuda maps it at import without initialising it.) Raises
+    OSError when the driver is not loaded."""
+    import ctypes
+
+    lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    count = ctypes.c_int()
+    return lib.cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED
+
+
+def driver_now_initialised(soname: str = DRIVER_SONAME) -> bool:
+    """:func:`driver_initialised` by the driver's soname, False when it is not loaded: cheap (no
+    /proc read), for checking at every import."""
+    try:
+        return driver_initialised(soname)
+    except OSError:
+        return False  # not loaded, so not initialised
+
+
+def other_threads(shown: int = 5) -> str:
+    """The names of the threads running besides the main one (at most ``shown``), "" when none."""
+    return ", ".join([t.name for t in threading.enumerate() if t is not threading.main_thread()][:shown])
+
+
+class DriverInitialised(BaseException):
+    """Raised from the import under way when the watch sees the driver initialised: the fork server
+    can no longer be forked from, so the rest of the imports would only keep the main process
+    waiting for the status. (BaseException: an engine's ``except Exception`` must not swallow it.)"""
+
+
+class DriverWatch:
+    """Finds where the CUDA driver got initialised during the imports. First on ``sys.meta_path``
+    for the block, it sees every module import begin (``import`` statements and importlib's alike)
+    and finds nothing itself; at each it asks :func:`driver_now_initialised`, and at the first yes
+    keeps what ran since the last no: the driver was initialised after that import began and
+    before this one, while the module bodies in :func:`importing_chain` were running (or by another
+    thread, which it then names). With ``stop``, it then raises :class:`DriverInitialised`."""
+
+    def __init__(self, initialised: Callable[[], bool] = driver_now_initialised, stop: bool = False):
+        self.initialised = initialised
+        self.stop = stop
+        self.culprit: str | None = None
+        self._last: str | None = None
+
+    def __enter__(self) -> DriverWatch:
+        if self.initialised():
+            self.culprit = "before the fork server's imports"
+        else:
+            sys.meta_path.insert(0, self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+    def find_spec(self, fullname: str, path=None, target=None) -> None:
+        # (Not removed from sys.meta_path here: importlib is iterating over it.)
+        if self.culprit is None:
+            if self.initialised():
+                since = f"between importing {self._last} and" if self._last else "before"
+                self.culprit = f"{since} importing {fullname}, in {importing_chain(sys._getframe(1))}"
+                others = other_threads()
+                if others:  # then one of them may have done it
+                    self.culprit += f" (other threads running: {others})"
+                if self.stop:
+                    raise DriverInitialised(self.culprit)
+            else:
+                self._last = fullname
+        return None
+
+
+def importing_chain(frame, limit: int = 6) -> str:
+    """``module:line <- module:line ...`` of the module bodies on the stack, innermost first."""
+    chain = []
+    while frame is not None and len(chain) < limit:
+        if frame.f_code.co_name == "<module>":
+            name = frame.f_globals.get("__name__", "?")
+            chain.append(f"{name}:{frame.f_lineno}")
+        frame = frame.f_back
+    return " <- ".join(chain) or "an import"
+
+
+@contextlib.contextmanager
+def nvml_device_count() -> Iterator[None]:
+    """``torch.cuda.is_available()`` counts devices through NVML for the block (it reads the switch
+    at every call), as ``device_count()`` already does; the previous value comes back after."""
+    before = os.environ.get(NVML_CHECK_ENV)
+    os.environ[NVML_CHECK_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(NVML_CHECK_ENV, None)
+        else:
+            os.environ[NVML_CHECK_ENV] = before
+
+
+def unsafe_reason(maps_path: str = "/proc/self/maps",
+                  initialised: Callable[[str], bool] = driver_initialised) -> str | None:
+    """Why forking from this process would not give working children; None when it is safe."""
+    try:
+        driver = mapped_cuda_driver(maps_path)
+        if driver is not None and initialised(driver):
+            return f"the imports initialised the CUDA driver ({driver}) in the fork server"
+    except Exception as exc:  # noqa: BLE001 - cannot tell: assume the worst
+        return f"cannot tell whether CUDA was initialised in the fork server ({type(exc).__name__}: {exc})"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "the imports initialised CUDA in the fork server"
+    others = other_threads()
+    if others:
+        return f"the imports started threads in the fork server ({others})"
+    return None
+
+
+def write_status(path: str, status: dict) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(status, f)
+    os.replace(tmp, path)  # the main process never reads half a file
+
+
+def nvml_answers() -> contextlib.AbstractContextManager:
+    """torch.cuda's device queries answered from NVML (device_facts.py), or nothing changed where
+    NVML cannot answer (the imports may then initialise CUDA, and the status says so)."""
+    try:
+        import pynvml
+        import torch
+
+        return device_facts.answered_from(torch, device_facts.nvml_facts(torch, pynvml))
+    except Exception:  # noqa: BLE001 - no NVML: import as the engine does
+        return contextlib.nullcontext(device_facts.Answers())
+
+
+def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager] = nvml_answers,
+               watch: Callable[[], DriverWatch] = lambda: DriverWatch(stop=True),
+               timings: dict[str, float] | None = None, kept: list[str] | None = None) -> str | None:
+    """Imports ``modules`` with the device queries answered from NVML; returns why the process is
+    not safe to fork from, or None. Stops at the import that finds the driver initialised.
+    ``timings`` gets ``checks_s``: the seconds of the checks after the imports (part of the
+    import time the status reports), and each check's own (:data:`CHECKS`); ``kept`` the queries
+    whose stand-in an import kept (each calls torch's own function now)."""
+    try:
+        with answers() as answered, nvml_device_count(), watch() as watched:
+            for name in modules:
+                __import__(name)
+    except DriverInitialised as found:
+        return f"the imports initialised the CUDA driver in the fork server; it happened {found} " \
+               "(the fork server stopped importing there)"
+    timings = timings if timings is not None else {}
+    with _timed(timings, "checks_s"):
+        if kept is not None:
+            kept.extend(device_facts.kept_stand_ins(answered))
+        return _checked(answered, watched, timings)
+
+
+# The checks after the imports, each timed in the status: they delay the first fork.
+CHECKS = ("answers_s", "process_s")
+
+
+@contextlib.contextmanager
+def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = time.perf_counter() - start
+
+
+def _checked(answered: device_facts.Answers, watched: DriverWatch, timings: dict[str, float]) -> str | None:
+    """After the imports: no stand-in's answer kept (``answers_s``), then :func:`unsafe_reason`
+    (``process_s``)."""
+    with _timed(timings, "answers_s"):
+        holders = device_facts.kept_answers(answered.given)
+    if holders:
+        return ("the imports kept an answer of the fork server's NVML stand-in for "
+                f"torch.cuda.get_device_properties (held by: {', '.join(holders[:5])}), which lacks most of "
+                "the device's properties")
+    with _timed(timings, "process_s"):
+        why = unsafe_reason()
+    if why and watched.culprit:
+        why += f"; it happened {watched.culprit}"
+    return why
+
+
+def run(modules: Sequence[str], path: str | None = None) -> dict:
+    """Imports ``modules``, checks the process, writes the status (to ``path``, default the one
+    :func:`~foundry_core.fork_server.client.start` names); returns it."""
+    start = time.perf_counter()
+    timings: dict[str, float] = {}
+    kept: list[str] = []
+    try:
+        why = import_all(modules, timings=timings, kept=kept)
+    except BaseException as exc:  # noqa: BLE001 - see the module docstring
+        why = f"the imports failed ({type(exc).__name__}: {exc})"
+    status = {"safe": why is None, "why": why or "", "import_s": round(time.perf_counter() - start, 3),
+              "pid": os.getpid(), "kept": kept, **{k: round(v, 3) for k, v in timings.items()}}
+    path = path or os.environ.get(STATUS_ENV)
+    if path:
+        try:
+            write_status(path, status)
+        except OSError:
+            pass  # the main process times out waiting and spawns
+    return status
+
+
+def in_fork_server() -> bool:
+    """Whether this process is a fork server (:func:`~foundry_core.fork_server.client.start` sets
+    the status variable for that process alone): an engine's preload module runs :func:`run` then."""
+    return bool(os.environ.get(STATUS_ENV))
