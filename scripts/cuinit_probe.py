@@ -1,4 +1,4 @@
-"""Runs the SGLang fork server's imports (fork_server_preload.import_all) with the driver's cuInit
+"""Runs the SGLang fork server's imports (foundry_core.fork_server.preload.import_all) with the driver's cuInit
 traced: scripts/cuinit_trace/ is built and named in CUDA_INJECTION64_PATH, so the first cuInit
 prints its thread and native stack, and faulthandler prints every thread's Python stack then.
 
@@ -29,12 +29,13 @@ def main() -> int:
         env = dict(os.environ, CUDA_INJECTION64_PATH=build(), PYTORCH_NVML_BASED_CUDA_CHECK="1")
         return subprocess.call([sys.executable, __file__], env=env)
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
-    from sglang_foundry import fork_server_preload as preload
+    from foundry_core.fork_server import preload
+    from sglang_foundry.fork_server_preload import MODULES
 
     start = time.perf_counter()
     timings: dict[str, float] = {}
-    why = preload.import_all(preload.MODULES, watch=lambda: preload.DriverWatch(stop=False), timings=timings)
-    print(f"cuinit-probe: imports of {', '.join(preload.MODULES)} took {time.perf_counter() - start:.1f} s "
+    why = preload.import_all(MODULES, watch=lambda: preload.DriverWatch(stop=False), timings=timings)
+    print(f"cuinit-probe: imports of {', '.join(MODULES)} took {time.perf_counter() - start:.1f} s "
           f"(checks after them {timings.get('checks_s', 0.0):.2f} s); unsafe: {why}", flush=True)
     return 0
 

@@ -59,6 +59,12 @@ STATUS_TIMEOUT_S = 300.0
 # ---- start-up (the main process, at interpreter start) -----------------------------------
 
 
+def switched_on(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """An engine plugin's switch for its fork server: unset or empty is on; 0/false/no/off is off."""
+    value = (os.environ if environ is None else environ).get(name, "").strip().lower()
+    return value not in ("0", "false", "no", "off")
+
+
 def start(preload: Sequence[str], engine: str, child_names: Mapping[str, str] | None = None) -> str:
     """Starts multiprocessing's fork server importing the modules ``preload`` (the engine plugin's
     preload module); returns its status file. ``engine`` names the engine in the log;

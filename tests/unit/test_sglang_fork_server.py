@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from foundry_core.fork_server import client, device_facts, preload
 from sglang_foundry import fork_server as fs
-from sglang_foundry import fork_server_preload as preload
 
 # ---- which commands start SGLang's server -------------------------------------------------
 
@@ -67,10 +67,10 @@ def test_a_failing_start_is_reported_and_swallowed(monkeypatch, capsys):
 # ---- the launch decision ------------------------------------------------------------------
 
 
-def _state(status: dict | None, ld_preload: str = "") -> fs._State:
-    state = fs._State()
+def _state(status: dict | None, ld_preload: str = "") -> client._State:
+    state = client._State()
     if status is not None:
-        state.started("/nonexistent/status.json", ld_preload)
+        state.started("/nonexistent/status.json", ld_preload, "SGLang", fs.CHILD_NAMES)
         state._status = status
     return state
 
@@ -79,7 +79,7 @@ SAFE = {"safe": True, "why": ""}
 
 
 def test_a_child_is_forked_when_nothing_stands_against_it():
-    assert fs.spawn_reason(_state(SAFE), {}, sys.executable) is None
+    assert client.spawn_reason(_state(SAFE), {}, sys.executable) is None
 
 
 @pytest.mark.parametrize("state, env, exe, words", [
@@ -91,26 +91,26 @@ def test_a_child_is_forked_when_nothing_stands_against_it():
      "not safe to fork from: importing SGLang loaded the CUDA driver"),
 ])
 def test_a_child_is_spawned_with_the_reason(state, env, exe, words):
-    reason = fs.spawn_reason(state, env, exe)
+    reason = client.spawn_reason(state, env, exe)
     assert reason is not None and words in reason
 
 
 def test_the_status_is_awaited_until_the_server_writes_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(fs, "_server_alive", lambda: True)
+    monkeypatch.setattr(client, "_server_alive", lambda: True)
     path = tmp_path / "status.json"
     threading.Timer(0.3, lambda: preload.write_status(str(path), {"safe": True, "why": ""})).start()
     start = time.monotonic()
-    assert fs.read_status(str(path), timeout_s=10)["safe"] is True
+    assert client.read_status(str(path), timeout_s=10)["safe"] is True
     assert time.monotonic() - start >= 0.25
 
 
 def test_the_wait_for_the_fork_server_counts_on_the_critical_path(tmp_path, monkeypatch):
     from foundry_core.engine.critical_path import LEDGER
 
-    monkeypatch.setattr(fs, "_server_alive", lambda: True)
+    monkeypatch.setattr(client, "_server_alive", lambda: True)
     monkeypatch.setattr(LEDGER, "reported", True)  # no line at this test process's exit
     LEDGER.reset()
-    state, path = fs._State(), tmp_path / "status.json"
+    state, path = client._State(), tmp_path / "status.json"
     state.status_path = str(path)
     threading.Timer(0.3, lambda: preload.write_status(str(path), {"safe": True, "why": ""})).start()
     assert state.status(timeout_s=10)["safe"] is True
@@ -123,15 +123,15 @@ def test_the_wait_for_the_fork_server_counts_on_the_critical_path(tmp_path, monk
 
 
 def test_a_status_that_never_comes_spawns(tmp_path, monkeypatch):
-    monkeypatch.setattr(fs, "_server_alive", lambda: True)
-    status = fs.read_status(str(tmp_path / "never.json"), timeout_s=0.2)
+    monkeypatch.setattr(client, "_server_alive", lambda: True)
+    status = client.read_status(str(tmp_path / "never.json"), timeout_s=0.2)
     assert status["safe"] is False and "had not finished importing" in status["why"]
 
 
 def test_a_dead_fork_server_spawns_at_once(tmp_path, monkeypatch):
-    monkeypatch.setattr(fs, "_server_alive", lambda: False)
+    monkeypatch.setattr(client, "_server_alive", lambda: False)
     start = time.monotonic()
-    status = fs.read_status(str(tmp_path / "never.json"), timeout_s=60)
+    status = client.read_status(str(tmp_path / "never.json"), timeout_s=60)
     assert status["safe"] is False and "exited" in status["why"]
     assert time.monotonic() - start < 5
 
@@ -140,12 +140,12 @@ def test_a_dead_fork_server_spawns_at_once(tmp_path, monkeypatch):
 def test_a_malformed_status_spawns(tmp_path, content):
     path = tmp_path / "status.json"
     path.write_text(content)
-    assert fs.read_status(str(path), timeout_s=1)["safe"] is False
+    assert client.read_status(str(path), timeout_s=1)["safe"] is False
 
 
 def test_a_forked_child_takes_the_environment_of_its_start(monkeypatch):
     seen = {}
-    target = fs.InEnviron({"ONLY": "this"}, lambda x: seen.update(x=x, env=dict(os.environ)))
+    target = client.InEnviron({"ONLY": "this"}, lambda x: seen.update(x=x, env=dict(os.environ)))
     monkeypatch.setenv("STALE", "from the fork server")
     saved = dict(os.environ)
     try:
@@ -159,8 +159,8 @@ def test_a_forked_child_takes_the_environment_of_its_start(monkeypatch):
 def test_the_engine_module_view_forks_only_processes():
     import multiprocessing
 
-    view = fs.ForkingMultiprocessing(multiprocessing)
-    assert view.Process is fs.ForkedProcess
+    view = client.ForkingMultiprocessing(multiprocessing)
+    assert view.Process is client.ForkedProcess
     assert view.Pipe is multiprocessing.Pipe and view.set_start_method is multiprocessing.set_start_method
 
 
@@ -240,6 +240,7 @@ def run_scheduler_process(out):
 DRIVER = """
 import json, logging, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the synthetic sglang: not on PYTHONPATH
+from foundry_core.fork_server import client
 from sglang_foundry import fork_server as fs
 from sglang.srt.managers import scheduler
 
@@ -248,11 +249,11 @@ if __name__ == "__main__":  # a child imports this file again, as SGLang's child
     fs.start()
     os.environ["MARK"] = "set after the fork server started"
     out = sys.argv[1]
-    p = fs.ForkedProcess(target=scheduler.run_scheduler_process, args=(out,))
+    p = client.ForkedProcess(target=scheduler.run_scheduler_process, args=(out,))
     p.start()
     p.join(60)
     child = json.load(open(out))
-    child.update(main=os.getpid(), exitcode=p.exitcode, status=fs._STATE.status())
+    child.update(main=os.getpid(), exitcode=p.exitcode, status=client._STATE.status())
     print(json.dumps(child))
 """
 
@@ -262,7 +263,7 @@ def _run_driver(tmp_path: Path, **env: str) -> tuple[dict, str]:
     pkg.mkdir(parents=True)
     for d in (tmp_path / "sglang", tmp_path / "sglang" / "srt", pkg):
         (d / "__init__.py").write_text("")
-    (pkg / "scheduler.py").write_text(SCHEDULER % fs.STATUS_ENV)
+    (pkg / "scheduler.py").write_text(SCHEDULER % client.STATUS_ENV)
     (pkg / "detokenizer_manager.py").write_text("")
     driver = tmp_path / "driver.py"
     driver.write_text(textwrap.dedent(DRIVER))
@@ -297,9 +298,9 @@ def test_an_unsafe_fork_server_makes_the_child_spawn_and_says_why(tmp_path):
 
 LAUNCH_SERVER = """
 import json, os
-from sglang_foundry import fork_server as fs
+from foundry_core.fork_server import client
 if __name__ == "__main__":
-    print(json.dumps({"running": fs.running(), "pid": os.getpid()}))
+    print(json.dumps({"running": client.running(), "pid": os.getpid()}))
 """
 
 
@@ -332,7 +333,6 @@ def test_the_start_up_hook_starts_the_fork_server_for_sglangs_server(tmp_path, e
 
 # ---- device queries answered from NVML during the fork server's imports -------------------
 
-from sglang_foundry import device_facts  # noqa: E402
 
 
 class _FakeNvml:
@@ -541,7 +541,7 @@ def test_the_imports_stop_where_the_driver_was_found_initialised(tmp_path, monke
         "never_imported": "import sys\nsys.modules['fake_driver_state'].state['reached'] = True\n"})
     why = preload.import_all(["engine_entry"], answers=lambda: contextlib.nullcontext(device_facts.Answers()),
                              watch=lambda: preload.DriverWatch(initialised=lambda: driver["initialised"], stop=True))
-    assert why.startswith("importing SGLang initialised the CUDA driver in the fork server; it happened between "
+    assert why.startswith("the imports initialised the CUDA driver in the fork server; it happened between "
                           "importing engine_entry and importing never_imported, in engine_entry:4")
     assert why.endswith("(the fork server stopped importing there)")
     assert "reached" not in driver
@@ -587,9 +587,9 @@ def test_a_stand_in_kept_by_an_object_or_a_class_body_calls_torchs_own(monkeypat
 
 
 def test_the_forked_line_names_the_stand_ins_the_imports_kept(caplog):
-    state = fs._State()
+    state = client._State()
     state._status = {"safe": True, "import_s": 18.5, "checks_s": 0.01, "kept": ["cuda.current_device"]}
-    with caplog.at_level(logging.INFO, logger="foundry.sglang"):
+    with caplog.at_level(logging.INFO, logger="foundry.fork_server"):
         state.say_forked("scheduler")
     assert "checks after the imports included: 0.01 s; the imports kept the stand-ins for torch's " \
            "cuda.current_device, which now call torch's own)" in caplog.text

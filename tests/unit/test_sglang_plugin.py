@@ -1139,7 +1139,7 @@ def test_scheduler_processes_are_told_apart_by_their_spawn_target(fake_sglang, m
 
 
 def test_forked_children_are_told_apart_through_their_environment_target(fake_sglang, monkeypatch):
-    from sglang_foundry.fork_server import InEnviron
+    from foundry_core.fork_server.client import InEnviron
 
     sched = fake_sglang["sglang.srt.managers.scheduler"]
     monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())
@@ -1152,12 +1152,12 @@ def test_forked_children_are_told_apart_through_their_environment_target(fake_sg
 @pytest.mark.parametrize("server_running", [True, False])
 def test_the_main_process_forks_its_children_only_with_a_fork_server(fake_sglang, recorded_activation, monkeypatch,
                                                                      tmp_path, server_running):
-    from sglang_foundry import fork_server
+    from foundry_core.fork_server import client
 
-    state = fork_server._State()
+    state = client._State()
     if server_running:
-        state.started(str(tmp_path / "status.json"), os.environ.get("LD_PRELOAD", ""))
-    monkeypatch.setattr(fork_server, "_STATE", state)
+        state.started(str(tmp_path / "status.json"), os.environ.get("LD_PRELOAD", ""), "SGLang", {})
+    monkeypatch.setattr(client, "_STATE", state)
     monkeypatch.setattr(activation, "hosts_scheduler", lambda: False)
     monkeypatch.setattr(multiprocessing, "parent_process", lambda: None)
     monkeypatch.setattr(activation, "prepare_child_environment", fake_child_env)
@@ -1167,7 +1167,7 @@ def test_the_main_process_forks_its_children_only_with_a_fork_server(fake_sglang
     plain = engine.mp
     for launch in (engine.Engine._launch_scheduler_processes, engine.Engine._launch_detokenizer_subprocesses):
         proc, view = launch(None, None, print)
-        assert isinstance(proc, fork_server.ForkedProcess) is server_running
+        assert isinstance(proc, client.ForkedProcess) is server_running
         assert (view == "ForkingMultiprocessing") is server_running
         assert engine.mp is plain  # only for the call
     assert recorded_activation == {"worker": 0, "capture": 0}

@@ -39,7 +39,7 @@ def probe() -> dict:
 
     import torch
 
-    from sglang_foundry import fork_server_preload as preload
+    from foundry_core.fork_server import preload
 
     ctypes.CDLL("libcuda.so.1")
     mapped = preload.unsafe_reason()
@@ -60,9 +60,10 @@ def fork(workdir: str) -> dict:
     (pkg / "scheduler.py").write_text(SCHEDULER)
     (pkg / "detokenizer_manager.py").write_text("")
     sys.path.insert(0, str(root))
-    from sglang_foundry import fork_server as fs
+    from foundry_core.fork_server import client as fs
+    from sglang_foundry import fork_server
 
-    fs.start()
+    fork_server.start()
     from sglang.srt.managers import scheduler
 
     out = str(root / "child.json")
