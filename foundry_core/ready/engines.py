@@ -40,10 +40,13 @@ FOUNDRY_OUTCOMES: tuple[tuple[str, str], ...] = (
 FOUNDRY_MARKERS: dict[str, str] = {
     "foundry_restored": r"foundry: restored \d+ (?:decode )?graphs in",
     "foundry_captured": r"foundry: captured \d+ (?:decode )?graphs in",
+    # foundry_core/fork_server/client.py: the engine's child forked, not spawned
+    "foundry_forked": r"foundry: \S+'s .+ is forked from the fork server",
 }
 FOUNDRY_DURATIONS: dict[str, str] = {
     "foundry_restore_s": r"foundry: restored \d+ (?:decode )?graphs in ([\d.]+) s",
     "foundry_capture_s": r"foundry: captured \d+ (?:decode )?graphs in ([\d.]+) s",
+    "fork_server_import_s": r"is forked from the fork server \(which imported \S+ in ([\d.]+) s",
 }
 
 

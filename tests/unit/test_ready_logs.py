@@ -69,6 +69,25 @@ def test_phases_markers_and_durations_of_a_start(engine, log, phases, markers, d
     assert found.foundry == foundry
 
 
+@pytest.mark.parametrize("engine, line", [
+    (engines.VLLM, "(APIServer pid=4100) INFO 12-03 11:02:13 [client.py:150] foundry: vLLM's engine core is forked from "
+                   "the fork server (which imported vLLM in 17.42 s, its checks after the imports included: 0.01 s)"),
+    (engines.SGLANG, "[2026-12-03 11:02:13] foundry: SGLang's scheduler is forked from the fork server (which imported "
+                     "SGLang in 17.42 s, its checks after the imports included: 0.01 s)"),
+])
+def test_a_child_forked_from_the_fork_server_is_marked_with_the_servers_import_time(engine, line):
+    found = logparse.parse(engine, [(30.5, line)])
+    assert found.markers["foundry_forked"] == 30.5
+    assert found.durations["fork_server_import_s"] == 17.42
+
+
+def test_a_spawned_child_is_not_marked_forked():
+    line = ("foundry: vLLM's engine core is spawned, not forked from the fork server: the fork server is not safe "
+            "to fork from: the imports started threads in the fork server (x)")
+    found = logparse.parse(engines.VLLM, [(30.5, line)])
+    assert "foundry_forked" not in found.markers and "fork_server_import_s" not in found.durations
+
+
 def test_vllm_data_parallel_engine_core_prefix_counts_as_the_worker():
     lines = [(1.0, "(APIServer pid=1) INFO 11-30 10:36:34 [api_utils.py:273] non-default args: {}"),
              (9.5, "(EngineCore_DP0 pid=7) INFO 11-30 10:36:57 [core.py:115] Initializing a V1 LLM engine")]

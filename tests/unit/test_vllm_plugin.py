@@ -37,7 +37,7 @@ from vllm_foundry import adapter as adapter_mod  # noqa: E402
 from vllm_foundry import (  # noqa: E402
     activation, capture_patches, cli, modes, patching, piecewise, ranks, runtime, seams, worker_patches, workspace)
 
-register_mod = importlib.import_module("vllm_foundry.register")  # the package attribute is the function
+register_mod = importlib.import_module("vllm_foundry.register")
 _real_hosts_engine = activation.hosts_engine
 PLUGIN = Plugin(register_mod, activation, runtime, patching, worker_patches, capture_patches, cli, seams)
 
@@ -345,9 +345,7 @@ def recorded_activation(monkeypatch):
 
 
 def test_register_off_only_adds_the_flags(fake_vllm, recorded_activation):
-    import vllm_foundry
-
-    PLUGIN.check_register_off_only_adds_flags(vllm_foundry.register, recorded_activation,
+    PLUGIN.check_register_off_only_adds_flags(register_mod.register, recorded_activation,
                                               fake_vllm["vllm.engine.arg_utils"].EngineArgs,
                                               "VLLM_WORKER_MULTIPROC_METHOD")
 

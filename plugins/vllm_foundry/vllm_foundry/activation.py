@@ -9,7 +9,9 @@ settings, the FOUNDRY_* variables, ``FOUNDRY_STRICT=1`` unless set),
 when this process already runs under it, e.g. ``foundry run -- vllm serve ...`` or foundry-core's
 start-up hook), logging for the ``foundry`` logger, and the worker and capture seams: at once in
 processes that may run a GPU worker (:func:`hosts_engine`), or in the child right after a fork
-when this process has the preload (vLLM's forked engine process does not load plugins again).
+when this process has the preload (vLLM's forked engine process does not load plugins again). In
+the first process, when the start-up hook started a fork server, vLLM's engine-core launch forks
+the engine core from it (fork_patches.py).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from foundry_core.engine import Mode, Settings, host_caches, preload_active, pre
 from foundry_core.engine.environment import plugin_child_environment
 from foundry_core.engine.registration import PluginRegistration
 
-from vllm_foundry import capture_patches, compile_artifact, compile_cache, modes, piecewise, runtime, worker_patches
+from vllm_foundry import (capture_patches, compile_artifact, compile_cache, fork_patches, modes, piecewise, runtime,
+                          worker_patches)
 
 logger = logging.getLogger("foundry.vllm")
 
@@ -115,7 +118,10 @@ def _restore_model_info(settings: Settings) -> None:
 def _install_seams_here() -> None:
     if hosts_engine():
         install_engine_seams()
-    elif preload_active():
+        return
+    # The first process: its engine-core launch forks from the fork server, when one runs.
+    fork_patches.install()
+    if preload_active():
         # vLLM will fork its engine process (which inherits the preload), and in that copy of this
         # process it does not load plugins again: install the seams there, right after the fork.
         os.register_at_fork(after_in_child=_install_after_fork)

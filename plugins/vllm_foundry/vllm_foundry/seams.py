@@ -45,6 +45,16 @@ SEAMS: tuple[Seam, ...] = (
          purpose="register() sets it to spawn so children exec with LD_PRELOAD"),
     Seam("env.mega_aot_artifact", "vllm.envs", "VLLM_USE_MEGA_AOT_ARTIFACT", "env",
          purpose="set to 1 in Foundry mode unless the user set it: LOAD loads the compiled model whole"),
+    # The fork server (fork_server.py): only in the API server, only when it runs.
+    Seam("process.engine_core_launch", "vllm.v1.engine.utils", "CoreEngineProcManager.__init__", "method",
+         params=("self", "local_engine_count"), calls=("get_mp_context", "context.Process"),
+         purpose="creates the engine-core processes through the module's get_mp_context(), which the plugin makes "
+                 "give a view that forks them from the fork server for the call"),
+    Seam("process.engine_core_mp_context", "vllm.v1.engine.utils", "get_mp_context", "function",
+         defined_in="vllm.utils.system_utils",
+         purpose="the multiprocessing context the engine-core launch starts its processes through"),
+    Seam("process.engine_core_target", "vllm.v1.engine.core", "EngineCoreProc.run_engine_core", "staticmethod",
+         purpose="the engine core's process target, which the fork server's imports make ready and the log names"),
     # ---- compile caches carried in the archive (compile_cache.py) ---------------------------
     Seam("env.cache_root", "vllm.envs", "VLLM_CACHE_ROOT", "env",
          purpose="the root of vLLM's compile cache and model-info cache, whose files SAVE carries and LOAD puts back"),
