@@ -18,9 +18,14 @@ SCHEDULER = '''
 import ctypes, json, os
 import torch
 ctypes.CDLL("libcuda.so.1")  # mapped, as an extension linked against the driver maps it
-# What sgl_kernel asks at import to choose its kernels (which initialises CUDA unless answered otherwise).
-_props = torch.cuda.get_device_properties(torch.cuda.current_device())
-IMPORT_CAPABILITY = _props.major * 10 + _props.minor
+# What sgl_kernel asks at import to choose its kernels (which initialises CUDA unless answered
+# otherwise); like sgl_kernel, it keeps the number, not the properties object (a kept answer of the
+# fork server's stand-in makes the fork server unsafe).
+def _import_capability():
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return props.major * 10 + props.minor
+
+IMPORT_CAPABILITY = _import_capability()
 IMPORTED_IN = os.getpid()
 
 def run_scheduler_process(out):
