@@ -6,6 +6,8 @@ Import as ``import foundry_core as fdry``. The process must run with libfoundry.
 
 from __future__ import annotations
 
+from foundry_core._lazy import lazy_exports
+
 __version__ = "0.1.0"
 
 from foundry_core.errors import (
@@ -42,23 +44,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "foundry_core.sizes": ("format_size", "parse_size"),
     "foundry_core.cuda_graph": ("CUDAGraph",),
 }
-_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
-
-
-def __getattr__(name: str):
-    module = _HOME_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'foundry_core' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # looked up once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
-
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())
 
 __all__ = [
     "CUDAGraph", "GraphArchive", "PendingGraphLoads", "RestoredGraph", "SaveReport", "graph", "load_graphs",

@@ -16,77 +16,39 @@ plugin's own variables (:mod:`foundry_core.engine.options`) and :func:`setup_log
 
 from __future__ import annotations
 
-from foundry_core.engine.adapter import EngineAdapter, distribution_version
-from foundry_core.engine.capture import (
-    NoCapture,
-    PendingGraph,
-    address_mismatch,
-    graph_name,
-    inference_mode,
-    keep_graphs,
-    neutralised,
-    swapped,
-    tensor_addresses,
-)
-from foundry_core.engine.contract import (
-    PluginContract,
-    SeamResult,
-    check_installed,
-    check_sources,
-    directory_reader,
-)
-from foundry_core.engine.environment import (
-    REQUIRED_SETTINGS,
-    ensure_preloaded_or_reexec,
-    plugin_child_environment,
-    preload_active,
-    prepare_child_environment,
-)
-from foundry_core.engine.fingerprint import (
-    ParallelConfig,
-    canonical_json,
-    config_hash,
-    describe_mismatch,
-    engine_fields,
-    engine_fingerprint,
-    explain_mismatch,
-)
-from foundry_core.engine.flags import add_foundry_args, export, settings_from_args
-from foundry_core.engine.hookspecs import REQUIRED_HOOKS, hookimpl, hookspec
-from foundry_core.engine.layout import (
-    ENGINE_INFO_NAME,
-    Topology,
-    check_topology,
-    rank_dir,
-    read_topology,
-    write_topology,
-)
-from foundry_core.engine.logs import setup_logging
-from foundry_core.engine.mode import (
-    Mode,
-    Settings,
-    check_complete,
-    is_complete,
-    parse_mode,
-    resolve_mode,
-    resolve_settings,
-)
-from foundry_core.engine.options import env_flag, instantiate_mode
-from foundry_core.engine.patching import Patcher, SeamError
-from foundry_core.engine.plugin_manager import ENTRY_POINT_GROUP, FoundryPluginManager, get_plugin_manager
-from foundry_core.engine.seam import Seam, SeamTable
-from foundry_core.engine.session import (
-    DEFAULT_REGION_SIZE,
-    DEFAULT_SCRATCH_SIZE,
-    EngineSession,
-    NativeRegionRuntime,
-    RegionRuntime,
-    fallback_enabled,
-)
-from foundry_core.engine.state import STATE_NAME, EngineState, read_state, write_state
-from foundry_core.engine.triton_key import warm_triton_key
-from foundry_core.engine.values import plain
-from foundry_core.engine.worker import DeviceOps, WorkerRuntime, timed
+from foundry_core._lazy import lazy_exports
+
+# Where each name is defined, imported on its first use: a process that needs one piece (the
+# start-up hook, a plugin's first process, the fork server) imports that piece alone.
+_HOMES: dict[str, tuple[str, ...]] = {
+    "foundry_core.engine.adapter": ("EngineAdapter", "distribution_version"),
+    "foundry_core.engine.capture": ("NoCapture", "PendingGraph", "address_mismatch", "graph_name", "inference_mode",
+                                    "keep_graphs", "neutralised", "swapped", "tensor_addresses"),
+    "foundry_core.engine.contract": ("PluginContract", "SeamResult", "check_installed", "check_sources",
+                                     "directory_reader"),
+    "foundry_core.engine.environment": ("REQUIRED_SETTINGS", "ensure_preloaded_or_reexec",
+                                        "plugin_child_environment", "preload_active", "prepare_child_environment"),
+    "foundry_core.engine.fingerprint": ("ParallelConfig", "canonical_json", "config_hash", "describe_mismatch",
+                                        "engine_fields", "engine_fingerprint", "explain_mismatch"),
+    "foundry_core.engine.flags": ("add_foundry_args", "export", "settings_from_args"),
+    "foundry_core.engine.hookspecs": ("REQUIRED_HOOKS", "hookimpl", "hookspec"),
+    "foundry_core.engine.layout": ("ENGINE_INFO_NAME", "Topology", "check_topology", "rank_dir", "read_topology",
+                                   "write_topology"),
+    "foundry_core.engine.logs": ("setup_logging",),
+    "foundry_core.engine.mode": ("Mode", "Settings", "check_complete", "is_complete", "parse_mode", "resolve_mode",
+                                 "resolve_settings"),
+    "foundry_core.engine.options": ("env_flag", "instantiate_mode"),
+    "foundry_core.engine.patching": ("Patcher", "SeamError"),
+    "foundry_core.engine.plugin_manager": ("ENTRY_POINT_GROUP", "FoundryPluginManager", "get_plugin_manager"),
+    "foundry_core.engine.seam": ("Seam", "SeamTable"),
+    "foundry_core.engine.session": ("DEFAULT_REGION_SIZE", "DEFAULT_SCRATCH_SIZE", "EngineSession",
+                                    "NativeRegionRuntime", "RegionRuntime", "fallback_enabled"),
+    "foundry_core.engine.state": ("STATE_NAME", "EngineState", "read_state", "write_state"),
+    "foundry_core.engine.triton_key": ("warm_triton_key",),
+    "foundry_core.engine.values": ("plain",),
+    "foundry_core.engine.worker": ("DeviceOps", "WorkerRuntime", "timed"),
+}
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())
 
 __all__ = [
     # mode

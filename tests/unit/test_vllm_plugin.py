@@ -1388,3 +1388,15 @@ def test_import_checker_accepts_the_fake_vllm_and_rejects_changes(fake_vllm):
     worker.initialize_from_config = lambda self, config: None
     problem = contract._check_import(seams.seam("worker.initialize_from_config"))
     assert problem and "expected to start with (self, kv_cache_config)" in problem
+
+
+def test_the_entry_points_import_leaves_the_worker_side_to_the_engine_processes():
+    # The API server imports the plugin on its critical path; the worker and capture seams, the
+    # session and the graph archive are imported by the processes that run a worker.
+    import subprocess
+
+    code = ("import sys, vllm_foundry.register; "
+            "print(sorted(m for m in ('vllm_foundry.capture_patches', 'vllm_foundry.worker_patches', "
+            "'vllm_foundry.runtime', 'foundry_core.engine.session', 'foundry_core.graphs') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -23,8 +23,7 @@ from foundry_core.engine import Mode, Settings, host_caches, preload_active, pre
 from foundry_core.engine.environment import plugin_child_environment
 from foundry_core.engine.registration import PluginRegistration
 
-from vllm_foundry import (capture_patches, compile_artifact, compile_cache, fork_patches, modes, piecewise, runtime,
-                          worker_patches)
+from vllm_foundry import compile_artifact, compile_cache, fork_patches, modes, piecewise
 
 logger = logging.getLogger("foundry.vllm")
 
@@ -72,7 +71,10 @@ def hosts_engine() -> bool:
 
 
 def install_engine_seams() -> None:
-    """The worker and capture seams (SeamError names the first one the installed vLLM lacks)."""
+    """The worker and capture seams (SeamError names the first one the installed vLLM lacks).
+    Imported here: only the processes that run a worker need them (the API server is spared)."""
+    from vllm_foundry import capture_patches, worker_patches
+
     worker_patches.install()
     capture_patches.install()
 
@@ -90,7 +92,7 @@ def activate(settings: Settings) -> None:
     and capture seams where a worker may run. A wrong LOAD setting is refused here, in the first
     process, rather than when the workers restore (InvalidArgumentError naming the variable)."""
     if settings.mode in (Mode.LOAD, Mode.AUTO):
-        runtime.instantiate_mode()
+        modes.instantiate_mode()
         piecewise.instantiation()
     REGISTRATION.activate(settings, child_environment, _install_seams_here)
     _restore_model_info(settings)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from foundry_core.engine import options
 from foundry_core.engine.options import env_flag
 from foundry_core.errors import UnsupportedError
 
@@ -32,6 +33,16 @@ SUPPORTED_CUDAGRAPH_MODES = ("FULL_DECODE_ONLY",)  # and the piecewise ones belo
 CUDAGRAPH_MODE_FLAG = "-cc.cudagraph_mode=FULL_DECODE_ONLY"
 # Without torch.compile (-cc.mode=none) vLLM turns its default FULL_AND_PIECEWISE into NONE.
 NONE_HINT = "vLLM captures no graphs in this mode: without torch.compile (-cc.mode=none) pass " + CUDAGRAPH_MODE_FLAG
+
+
+INSTANTIATE_ENV = "FOUNDRY_VLLM_INSTANTIATE"          # eager (default) | parallel | lazy | background
+INSTANTIATE_THREADS_ENV = "FOUNDRY_VLLM_INSTANTIATE_THREADS"  # default 4
+
+
+def instantiate_mode() -> tuple[str, int]:
+    """How LOAD instantiates the restored graphs (FOUNDRY_VLLM_INSTANTIATE, ..._THREADS);
+    InvalidArgumentError naming the variable for a wrong value."""
+    return options.instantiate_mode(INSTANTIATE_ENV, INSTANTIATE_THREADS_ENV)
 
 
 class UnsupportedConfigError(UnsupportedError):

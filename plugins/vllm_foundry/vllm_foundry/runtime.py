@@ -29,11 +29,10 @@ from foundry_core.errors import InvalidArgumentError
 
 from vllm_foundry import compile_cache
 from vllm_foundry.adapter import VllmAdapter
+from vllm_foundry.modes import INSTANTIATE_ENV, INSTANTIATE_THREADS_ENV, instantiate_mode  # noqa: F401 - read here
 
 logger = logging.getLogger("foundry.vllm")
 
-INSTANTIATE_ENV = "FOUNDRY_VLLM_INSTANTIATE"          # eager (default) | parallel | lazy | background
-INSTANTIATE_THREADS_ENV = "FOUNDRY_VLLM_INSTANTIATE_THREADS"  # default 4
 JIT_WARMUP_ENV = "FOUNDRY_VLLM_JIT_WARMUP"            # 1 (default): LOAD runs vLLM's V2 JIT warmup; 0: skips it
 CHECK_METADATA_ENV = "FOUNDRY_VLLM_CHECK_METADATA"    # 1 (default): compare attention-metadata addresses
 # 1: LOAD runs vLLM's compile-warmup forwards and kernel warmup outside the region, as SAVE does,
@@ -51,11 +50,6 @@ class Phase(enum.Enum):
     WARMUP = "warmup"
     CAPTURE = "capture"
     SERVING = "serving"
-
-
-def instantiate_mode() -> tuple[str, int]:
-    """How LOAD instantiates the restored graphs (FOUNDRY_VLLM_INSTANTIATE, ..._THREADS)."""
-    return options.instantiate_mode(INSTANTIATE_ENV, INSTANTIATE_THREADS_ENV)
 
 
 class DeviceOps(worker.DeviceOps):
