@@ -27,9 +27,9 @@ from foundry_core.errors import (
     VersionError,
 )
 
-# Where each public name is defined, imported on its first use: the start-up hook and the plugins'
-# early starts import foundry_core.fork_server without the native library (and its import time),
-# and CUDAGraph subclasses torch's, so torch is imported only when it is asked for.
+# Where each public name is defined, imported on its first use: the plugins' early starts import
+# foundry_core.engine.fork_server at interpreter start-up without the native library (and its
+# import time), and CUDAGraph subclasses torch's, so torch is imported only when it is asked for.
 _HOMES: dict[str, tuple[str, ...]] = {
     "foundry_core.graphs": ("GraphArchive", "PendingGraphLoads", "RestoredGraph", "SaveReport", "graph",
                             "load_graphs", "open_archive", "save_graph_manifest", "save_graphs"),

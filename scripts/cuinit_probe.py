@@ -1,4 +1,4 @@
-"""Runs the SGLang fork server's imports (foundry_core.fork_server.preload.import_all) with the driver's cuInit
+"""Runs the SGLang fork server's imports (foundry_core.engine.fork_server.preload.import_all) with the driver's cuInit
 traced: scripts/cuinit_trace/ is built and named in CUDA_INJECTION64_PATH, so the first cuInit
 prints its thread and native stack, and faulthandler prints every thread's Python stack then.
 
@@ -29,7 +29,7 @@ def main() -> int:
         env = dict(os.environ, CUDA_INJECTION64_PATH=build(), PYTORCH_NVML_BASED_CUDA_CHECK="1")
         return subprocess.call([sys.executable, __file__], env=env)
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
-    from foundry_core.fork_server import preload
+    from foundry_core.engine.fork_server import preload
     from sglang_foundry.fork_server_preload import MODULES
 
     start = time.perf_counter()

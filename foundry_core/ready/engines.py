@@ -40,7 +40,7 @@ FOUNDRY_OUTCOMES: tuple[tuple[str, str], ...] = (
 FOUNDRY_MARKERS: dict[str, str] = {
     "foundry_restored": r"foundry: restored \d+ (?:decode )?graphs in",
     "foundry_captured": r"foundry: captured \d+ (?:decode )?graphs in",
-    # foundry_core/fork_server/client.py: the engine's child forked, not spawned
+    # foundry_core/engine/fork_server/client.py: the engine's child forked, not spawned
     "foundry_forked": r"foundry: \S+'s .+ is forked from the fork server",
 }
 FOUNDRY_DURATIONS: dict[str, str] = {

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from foundry_core.fork_server import client, device_facts, preload
+from foundry_core.engine.fork_server import client, device_facts, preload
 from sglang_foundry import fork_server as fs
 
 # ---- which commands start SGLang's server -------------------------------------------------
@@ -240,7 +240,7 @@ def run_scheduler_process(out):
 DRIVER = """
 import json, logging, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the synthetic sglang: not on PYTHONPATH
-from foundry_core.fork_server import client
+from foundry_core.engine.fork_server import client
 from sglang_foundry import fork_server as fs
 from sglang.srt.managers import scheduler
 
@@ -298,7 +298,7 @@ def test_an_unsafe_fork_server_makes_the_child_spawn_and_says_why(tmp_path):
 
 LAUNCH_SERVER = """
 import json, os
-from foundry_core.fork_server import client
+from foundry_core.engine.fork_server import client
 if __name__ == "__main__":
     print(json.dumps({"running": client.running(), "pid": os.getpid()}))
 """

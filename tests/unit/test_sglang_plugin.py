@@ -1139,7 +1139,7 @@ def test_scheduler_processes_are_told_apart_by_their_spawn_target(fake_sglang, m
 
 
 def test_forked_children_are_told_apart_through_their_environment_target(fake_sglang, monkeypatch):
-    from foundry_core.fork_server.client import InEnviron
+    from foundry_core.engine.fork_server.client import InEnviron
 
     sched = fake_sglang["sglang.srt.managers.scheduler"]
     monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())
@@ -1152,7 +1152,7 @@ def test_forked_children_are_told_apart_through_their_environment_target(fake_sg
 @pytest.mark.parametrize("server_running", [True, False])
 def test_the_main_process_forks_its_children_only_with_a_fork_server(fake_sglang, recorded_activation, monkeypatch,
                                                                      tmp_path, server_running):
-    from foundry_core.fork_server import client
+    from foundry_core.engine.fork_server import client
 
     state = client._State()
     if server_running:

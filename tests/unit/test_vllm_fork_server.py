@@ -15,7 +15,7 @@ import pytest
 
 from plugin_support import exec_fake_modules, install_fake_packages  # noqa: E402
 
-from foundry_core.fork_server import client
+from foundry_core.engine.fork_server import client
 from vllm_foundry import fork_patches, patching
 from vllm_foundry import fork_server as fs
 
@@ -158,7 +158,7 @@ class CoreEngineProcManager:
 DRIVER = """
 import json, logging, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the synthetic vllm: not on PYTHONPATH
-from foundry_core.fork_server import client
+from foundry_core.engine.fork_server import client
 from vllm_foundry import fork_patches, fork_server
 
 if __name__ == "__main__":
@@ -216,7 +216,7 @@ def test_the_engine_core_is_forked_from_a_server_that_imported_vllm(tmp_path):
 
 LAUNCH = """
 import json, os
-from foundry_core.fork_server import client
+from foundry_core.engine.fork_server import client
 print(json.dumps({"running": client.running(), "pid": os.getpid()}))
 """
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from foundry_core.fork_server import client
+from foundry_core.engine.fork_server import client
 
 from sglang_foundry import patching
 from sglang_foundry.seams import seam

@@ -1,5 +1,5 @@
 """SGLang's scheduler and detokenizer forked from a process that has already imported SGLang
-(foundry-core's fork server, :mod:`foundry_core.fork_server.client`).
+(foundry-core's fork server, :mod:`foundry_core.engine.fork_server.client`).
 
 SGLang spawns its children: each execs a fresh interpreter that imports SGLang again before it
 does any work (about 30 s for the scheduler on the GPU host, on the critical path of every start).
@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from foundry_core.fork_server import client
+from foundry_core.engine.fork_server import client
 
 from sglang_foundry.options import env_flag
 

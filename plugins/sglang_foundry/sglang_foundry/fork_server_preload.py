@@ -1,10 +1,10 @@
 """Imported by the fork server (``fork_server.py``) before it forks any child: imports what SGLang's
 scheduler and detokenizer processes import, then writes whether the process is still safe to fork
-from (:func:`foundry_core.fork_server.preload.run`)."""
+from (:func:`foundry_core.engine.fork_server.preload.run`)."""
 
 from __future__ import annotations
 
-from foundry_core.fork_server import preload
+from foundry_core.engine.fork_server import preload
 
 # What a scheduler and a detokenizer import before they do anything: their spawn targets' modules,
 # and this plugin's entry point with the seams it installs, which the scheduler's load_plugins()

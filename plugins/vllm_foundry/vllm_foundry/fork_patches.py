@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from foundry_core.fork_server import client
+from foundry_core.engine.fork_server import client
 
 from vllm_foundry import patching
 from vllm_foundry.seams import seam

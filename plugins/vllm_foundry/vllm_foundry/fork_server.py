@@ -1,5 +1,5 @@
 """vLLM's engine core forked from a process that has already imported vLLM's engine half
-(foundry-core's fork server, :mod:`foundry_core.fork_server.client`).
+(foundry-core's fork server, :mod:`foundry_core.engine.fork_server.client`).
 
 ``vllm serve`` spawns its engine core (``VLLM_WORKER_MULTIPROC_METHOD=spawn``, set by vLLM's
 CLI): the child execs a fresh interpreter that imports torch and vLLM's engine, model runner and
@@ -20,7 +20,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from foundry_core.fork_server import client
+from foundry_core.engine.fork_server import client
 
 SWITCH_ENV = "FOUNDRY_VLLM_FORK_SERVER"
 PRELOAD_MODULE = "vllm_foundry.fork_server_preload"

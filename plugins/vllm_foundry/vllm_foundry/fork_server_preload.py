@@ -1,10 +1,10 @@
 """Imported by the fork server (``fork_server.py``) before it forks any child: imports what vLLM's
 engine core imports before and while it builds its worker, then writes whether the process is
-still safe to fork from (:func:`foundry_core.fork_server.preload.run`)."""
+still safe to fork from (:func:`foundry_core.engine.fork_server.preload.run`)."""
 
 from __future__ import annotations
 
-from foundry_core.fork_server import preload
+from foundry_core.engine.fork_server import preload
 
 # The engine core's spawn target and its single-GPU executor (unpickled by the child), the worker
 # and model runner it builds, and this plugin's entry point, which the engine core's

@@ -44,7 +44,7 @@ def probe() -> dict:
 
     import torch
 
-    from foundry_core.fork_server import preload
+    from foundry_core.engine.fork_server import preload
 
     ctypes.CDLL("libcuda.so.1")
     mapped = preload.unsafe_reason()
@@ -65,7 +65,7 @@ def fork(workdir: str) -> dict:
     (pkg / "scheduler.py").write_text(SCHEDULER)
     (pkg / "detokenizer_manager.py").write_text("")
     sys.path.insert(0, str(root))
-    from foundry_core.fork_server import client as fs
+    from foundry_core.engine.fork_server import client as fs
     from sglang_foundry import fork_server
 
     fork_server.start()

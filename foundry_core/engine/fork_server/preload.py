@@ -1,4 +1,4 @@
-"""What the fork server (:mod:`foundry_core.fork_server.client`) runs before it forks any child:
+"""What the fork server (:mod:`foundry_core.engine.fork_server.client`) runs before it forks any child:
 :func:`run` imports what the engine's children import (an engine plugin's preload module calls it
 with its engine's modules), then writes whether the process is still safe to fork from. Never
 raises (multiprocessing's fork server would end on anything but an ImportError, and every launch
@@ -27,8 +27,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from foundry_core.fork_server import device_facts
-from foundry_core.fork_server.client import STATUS_ENV
+from foundry_core.engine.fork_server import device_facts
+from foundry_core.engine.fork_server.client import STATUS_ENV
 
 CUDA_ERROR_NOT_INITIALIZED = 3
 NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
@@ -234,7 +234,7 @@ def _checked(answered: device_facts.Answers, watched: DriverWatch, timings: dict
 
 def run(modules: Sequence[str], path: str | None = None) -> dict:
     """Imports ``modules``, checks the process, writes the status (to ``path``, default the one
-    :func:`~foundry_core.fork_server.client.start` names); returns it."""
+    :func:`~foundry_core.engine.fork_server.client.start` names); returns it."""
     start = time.perf_counter()
     timings: dict[str, float] = {}
     kept: list[str] = []
@@ -254,6 +254,6 @@ def run(modules: Sequence[str], path: str | None = None) -> dict:
 
 
 def in_fork_server() -> bool:
-    """Whether this process is a fork server (:func:`~foundry_core.fork_server.client.start` sets
+    """Whether this process is a fork server (:func:`~foundry_core.engine.fork_server.client.start` sets
     the status variable for that process alone): an engine's preload module runs :func:`run` then."""
     return bool(os.environ.get(STATUS_ENV))

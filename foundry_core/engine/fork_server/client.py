@@ -5,7 +5,7 @@ exec a fresh interpreter that imports the engine again before it does any work (
 GPU host, on the critical path of every start). With Foundry active, the engine plugin's early
 start (run by the start-up hook through the ``foundry.early_start`` entry points) calls
 :func:`start` instead: multiprocessing's fork server imports the engine's child modules (the
-plugin's preload module, which runs :mod:`foundry_core.fork_server.preload`) while the main process
+plugin's preload module, which runs :mod:`foundry_core.engine.fork_server.preload`) while the main process
 imports its own, with the preload already in place (it is the restarted process's child), and never
 initialises CUDA. When the engine starts a child through :class:`ForkingMultiprocessing` (the
 plugin puts it where the engine looks up ``multiprocessing`` at its launch sites), the child is
