@@ -9,6 +9,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -666,3 +667,29 @@ def test_the_status_says_how_long_the_checks_after_the_imports_took(tmp_path, mo
     assert 0.0 <= status["checks_s"] <= status["import_s"]
     assert 0.0 <= sum(status[check] for check in preload.CHECKS) <= status["checks_s"]
     assert json.loads((tmp_path / "status.json").read_text())["checks_s"] == status["checks_s"]
+
+
+FAKE_DRIVER = r"""
+static int initialised = 0, calls = 0;
+int cuDeviceGetCount(int *count) { calls++; *count = 1; return initialised ? 0 : 3; }
+void fake_init(void) { initialised = 1; }
+int fake_calls(void) { return calls; }
+"""
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc) to build a stand-in driver library")
+def test_the_driver_probe_asks_the_mapped_driver_and_keeps_its_function(tmp_path):
+    import ctypes
+
+    src, lib = tmp_path / "fake_driver.c", tmp_path / "libfakecuda.so.1"
+    src.write_text(FAKE_DRIVER)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    probe = preload.DriverProbe(str(lib))
+    assert probe() is False  # not loaded: not initialised, and nothing is loaded by asking
+    driver = ctypes.CDLL(str(lib))  # an extension linked against the driver maps it
+    assert probe() is False and driver.fake_calls() == 1
+    driver.fake_init()
+    assert probe() is True and driver.fake_calls() == 2
+    kept = probe._device_count
+    probe()
+    assert probe._device_count is kept  # looked up once, after the driver was mapped
