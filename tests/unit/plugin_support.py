@@ -376,3 +376,49 @@ def check_no_pause_after_finish(rt: Any, dev: FakeDevice) -> None:
     with rt.paused():
         dev.log.append("after")
     assert dev.log == ["after"]
+
+
+# ---- the start-up hook starting a plugin's fork server -----------------------------------------
+
+# The server module the hook's command runs: it says whether this process started a fork server.
+SAYS_RUNNING = """
+import json, os
+from foundry_core.engine.fork_server import client
+print(json.dumps({"running": client.running(), "pid": os.getpid()}))
+"""
+
+
+def early_start_installed(name: str) -> bool:
+    """Whether foundry-core's start-up hook and the ``foundry.early_start`` entry point ``name`` are
+    installed (the fork-server tests that start a real interpreter need both)."""
+    import importlib.util
+    from importlib.metadata import entry_points
+
+    return (importlib.util.find_spec("_foundry_autopreload") is not None
+            and any(ep.name == name for ep in entry_points(group="foundry.early_start")))
+
+
+def fork_server_started_by_the_hook(tmp_path: PathLike, module: str, argv: list[str], env: dict[str, str]) -> bool:
+    """Runs ``python -m module *argv`` with Foundry asked for (``FOUNDRY_ARCHIVE``) and the preload
+    in place, ``module`` a synthetic package's module printing whether the start-up hook started
+    a fork server; returns that."""
+    import json
+    import pathlib
+    import subprocess
+
+    from foundry_core.preload import preload_environment
+
+    root = pathlib.Path(tmp_path)
+    path = root.joinpath(*module.split(".")).with_suffix(".py")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for d in path.relative_to(root).parents:
+        if str(d) != ".":
+            (root / d / "__init__.py").touch()
+    path.write_text(SAYS_RUNNING)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("FOUNDRY_")}
+    full = preload_environment({**base, "FOUNDRY_ARCHIVE": str(root / "archive"), "TMPDIR": str(root),
+                                "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])})
+    proc = subprocess.run([sys.executable, "-m", module, *argv], env={**full, **env}, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])["running"]

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from plugin_support import early_start_installed, fork_server_started_by_the_hook  # noqa: E402
+
 from foundry_core.engine.fork_server import client, device_facts, preload
 from sglang_foundry import fork_server as fs
 
@@ -297,39 +299,11 @@ def test_an_unsafe_fork_server_makes_the_child_spawn_and_says_why(tmp_path):
     assert "scheduler is spawned, not forked from the fork server" in log and "fake-sglang-worker" in log
 
 
-LAUNCH_SERVER = """
-import json, os
-from foundry_core.engine.fork_server import client
-if __name__ == "__main__":
-    print(json.dumps({"running": client.running(), "pid": os.getpid()}))
-"""
-
-
-def _hook_installed() -> bool:
-    from importlib.metadata import entry_points
-    import importlib.util
-
-    return (importlib.util.find_spec("_foundry_autopreload") is not None
-            and any(ep.name == "sglang" for ep in entry_points(group="foundry.early_start")))
-
-
-@pytest.mark.skipif(not _hook_installed(), reason="needs foundry-core's start-up hook and sglang-foundry's entry point "
-                                                  "installed (`pip install -e . -e plugins/sglang_foundry`)")
+@pytest.mark.skipif(not early_start_installed("sglang"), reason="needs foundry-core's start-up hook and sglang-foundry's "
+                    "entry point installed (`pip install -e . -e plugins/sglang_foundry`)")
 @pytest.mark.parametrize("env, running", [({}, True), ({fs.SWITCH_ENV: "0"}, False), ({"FOUNDRY_MODE": "off"}, False)])
 def test_the_start_up_hook_starts_the_fork_server_for_sglangs_server(tmp_path, env, running):
-    from foundry_core.preload import preload_environment
-
-    root = tmp_path / "sglang"
-    root.mkdir()
-    (root / "__init__.py").write_text("")
-    (root / "launch_server.py").write_text(LAUNCH_SERVER)
-    base = {k: v for k, v in os.environ.items() if not k.startswith("FOUNDRY_")}
-    full = preload_environment({**base, "FOUNDRY_ARCHIVE": str(tmp_path / "archive"), "TMPDIR": str(tmp_path),
-                                "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])})
-    proc = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--model-path", "m"],
-                          env={**full, **env}, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1])["running"] is running, proc.stderr
+    assert fork_server_started_by_the_hook(tmp_path, "sglang.launch_server", ["--model-path", "m"], env) is running
 
 
 # ---- device queries answered from NVML during the fork server's imports -------------------

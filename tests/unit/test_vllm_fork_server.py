@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from plugin_support import exec_fake_modules, install_fake_packages  # noqa: E402
+from plugin_support import (early_start_installed, exec_fake_modules, fork_server_started_by_the_hook,  # noqa: E402
+                            install_fake_packages)
 
 from foundry_core.engine.fork_server import client
 from vllm_foundry import fork_patches, patching
@@ -214,37 +215,8 @@ def test_the_engine_core_is_forked_from_a_server_that_imported_vllm(tmp_path):
     assert child["status_env"] is None  # the fork server's own variables stay there
 
 
-LAUNCH = """
-import json, os
-from foundry_core.engine.fork_server import client
-print(json.dumps({"running": client.running(), "pid": os.getpid()}))
-"""
-
-
-def _hook_installed() -> bool:
-    import importlib.util
-    from importlib.metadata import entry_points
-
-    return (importlib.util.find_spec("_foundry_autopreload") is not None
-            and any(ep.name == "vllm" for ep in entry_points(group="foundry.early_start")))
-
-
-@pytest.mark.skipif(not _hook_installed(), reason="needs foundry-core's start-up hook and vllm-foundry's entry point "
-                                                  "installed (`pip install -e . -e plugins/vllm_foundry`)")
+@pytest.mark.skipif(not early_start_installed("vllm"), reason="needs foundry-core's start-up hook and vllm-foundry's "
+                    "entry point installed (`pip install -e . -e plugins/vllm_foundry`)")
 @pytest.mark.parametrize("env, running", [({}, True), ({fs.SWITCH_ENV: "0"}, False), ({"FOUNDRY_MODE": "off"}, False)])
 def test_the_start_up_hook_starts_the_fork_server_for_vllm_serve(tmp_path, env, running):
-    from foundry_core.preload import preload_environment
-
-    cli = tmp_path / "vllm" / "entrypoints" / "cli"
-    cli.mkdir(parents=True)
-    for d in (tmp_path / "vllm", tmp_path / "vllm" / "entrypoints", cli):
-        (d / "__init__.py").write_text("")
-    (cli / "main.py").write_text(LAUNCH)
-    base = {k: v for k, v in os.environ.items() if not k.startswith("FOUNDRY_")}
-    full = preload_environment({**base, "FOUNDRY_ARCHIVE": str(tmp_path / "archive"), "TMPDIR": str(tmp_path),
-                                "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])})
-    proc = subprocess.run([sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", "m"],
-                          env={**full, **env}, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1])["running"] is running, proc.stderr
-
+    assert fork_server_started_by_the_hook(tmp_path, "vllm.entrypoints.cli.main", ["serve", "m"], env) is running

@@ -65,6 +65,18 @@ def switched_on(name: str, environ: Mapping[str, str] | None = None) -> bool:
     return value not in ("0", "false", "no", "off")
 
 
+def start_early(engine: str, wanted: Callable[[], bool], start_server: Callable[[], object], children: str) -> None:
+    """An engine plugin's ``foundry.early_start``: ``start_server()`` when ``wanted()`` (this
+    command starts the engine's server and the plugin's switch allows it). Never raises: on any
+    error it says so on stderr, and the engine spawns ``children`` as it does without a fork server."""
+    try:
+        if wanted():
+            start_server()
+    except Exception as exc:  # noqa: BLE001 - interpreter start-up must go on
+        sys.stderr.write(f"foundry: the {engine} fork server did not start ({type(exc).__name__}: {exc}); "
+                         f"{children} will be spawned\n")
+
+
 def start(preload: Sequence[str], engine: str, child_names: Mapping[str, str] | None = None) -> str:
     """Starts multiprocessing's fork server importing the modules ``preload`` (the engine plugin's
     preload module); returns its status file. ``engine`` names the engine in the log;

@@ -51,13 +51,8 @@ def start_early() -> None:
     """The ``foundry.early_start`` entry point: starts the fork server when this process starts
     SGLang's server with Foundry active (the start-up hook checked that, and the preload) and the
     switch allows it. Never raises: SGLang then spawns, as it does without the fork server."""
-    try:
-        if not enabled() or not starts_server(getattr(sys, "orig_argv", [])):
-            return
-        start()
-    except Exception as exc:  # noqa: BLE001 - interpreter start-up must go on
-        sys.stderr.write(f"foundry: the SGLang fork server did not start ({type(exc).__name__}: {exc}); "
-                         "SGLang's children will be spawned\n")
+    client.start_early("SGLang", lambda: enabled() and starts_server(getattr(sys, "orig_argv", [])),
+                       lambda: start(), "SGLang's children")
 
 
 def start(preload: Sequence[str] = (PRELOAD_MODULE,)) -> str:

@@ -49,13 +49,8 @@ def start_early() -> None:
     """The ``foundry.early_start`` entry point: starts the fork server when this process starts
     vLLM's server with Foundry active (the start-up hook checked that, and the preload) and the
     switch allows it. Never raises: vLLM then spawns, as it does without the fork server."""
-    try:
-        if not client.switched_on(SWITCH_ENV) or not starts_server(getattr(sys, "orig_argv", [])):
-            return
-        start()
-    except Exception as exc:  # noqa: BLE001 - interpreter start-up must go on
-        sys.stderr.write(f"foundry: the vLLM fork server did not start ({type(exc).__name__}: {exc}); "
-                         "vLLM's engine core will be spawned\n")
+    client.start_early("vLLM", lambda: client.switched_on(SWITCH_ENV) and starts_server(getattr(sys, "orig_argv", [])),
+                       lambda: start(), "vLLM's engine core")
 
 
 def start(preload: Sequence[str] = (PRELOAD_MODULE,)) -> str:
