@@ -3,14 +3,14 @@
 
 ``vllm serve`` spawns its engine core (``VLLM_WORKER_MULTIPROC_METHOD=spawn``, set by vLLM's
 CLI): the child execs a fresh interpreter that imports torch and vLLM's engine, model runner and
-worker modules before its first line (10-15 s on the GPU host, on the critical path of every
-start). With Foundry active, :func:`start_early` (run by foundry-core's start-up hook through the
+worker modules before its first line (about 22 s of an 8B start on the H200 host, on the critical
+path of every start). With Foundry active, :func:`start_early` (run by foundry-core's start-up hook through the
 ``foundry.early_start`` entry point) starts the fork server, which imports those modules
 (``fork_server_preload.py``) while the API server imports its own. vLLM's engine-core launch then
 forks the engine core from it (``fork_patches.py``).
 
-Only the engine core: the workers of tensor parallel run under ``MultiprocExecutor``, which the
-engine core starts as vLLM does (spawned). ``FOUNDRY_VLLM_FORK_SERVER=0`` turns the fork server
+Only the engine cores (one per data-parallel rank): the workers of tensor parallel run under
+``MultiprocExecutor``, which the engine core starts as vLLM does (spawned). ``FOUNDRY_VLLM_FORK_SERVER=0`` turns the fork server
 off (vLLM spawns, as without Foundry).
 """
 
