@@ -39,7 +39,7 @@ def test_only_the_server_commands_start_a_fork_server(argv, expected):
 
 @pytest.mark.parametrize("value, expected", [("", True), ("1", True), ("0", False), ("off", False), ("No", False)])
 def test_the_switch(value, expected):
-    assert client.switched_on(fs.SWITCH_ENV, {fs.SWITCH_ENV: value}) is expected
+    assert fs.enabled({fs.SWITCH_ENV: value}) is expected
 
 
 def test_switched_off_nothing_starts(monkeypatch):

@@ -886,12 +886,12 @@ def test_lazy_instantiation_follows_the_setting(monkeypatch):
 
 
 def test_instantiate_mode_setting(monkeypatch):
-    assert runtime.instantiate_mode() == ("eager", 4)
+    assert modes.instantiate_mode() == ("eager", 4)
     monkeypatch.setenv("FOUNDRY_VLLM_INSTANTIATE", "background")
-    assert runtime.instantiate_mode()[0] == "background"
+    assert modes.instantiate_mode()[0] == "background"
     monkeypatch.setenv("FOUNDRY_VLLM_INSTANTIATE", "later")
     with pytest.raises(InvalidArgumentError, match="FOUNDRY_VLLM_INSTANTIATE"):
-        runtime.instantiate_mode()
+        modes.instantiate_mode()
 
 
 # ---- capture helpers ---------------------------------------------------------------------------
@@ -1139,7 +1139,7 @@ def test_load_leaves_the_pieces_for_later_when_asked(worker_env, monkeypatch, pi
                                                     background):
     worker_env("save")
     names, state = list(runtime.current().session.saved), _saved_state(runtime.current().adapter.state)
-    for var, value in ((piecewise.INSTANTIATE_ENV, pieces), (runtime.INSTANTIATE_ENV, instantiate)):
+    for var, value in ((piecewise.INSTANTIATE_ENV, pieces), (modes.INSTANTIATE_ENV, instantiate)):
         if value is not None:
             monkeypatch.setenv(var, value)
     _, session, *_ = worker_env("load", state=state, archive_names=names)

@@ -59,12 +59,6 @@ STATUS_TIMEOUT_S = 300.0
 # ---- start-up (the main process, at interpreter start) -----------------------------------
 
 
-def switched_on(name: str, environ: Mapping[str, str] | None = None) -> bool:
-    """An engine plugin's switch for its fork server: unset or empty is on; 0/false/no/off is off."""
-    value = (os.environ if environ is None else environ).get(name, "").strip().lower()
-    return value not in ("0", "false", "no", "off")
-
-
 def start_early(engine: str, wanted: Callable[[], bool], start_server: Callable[[], object], children: str) -> None:
     """An engine plugin's ``foundry.early_start``: ``start_server()`` when ``wanted()`` (this
     command starts the engine's server and the plugin's switch allows it). Never raises: on any

@@ -18,8 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from foundry_core.engine.fork_server import client
-
-from sglang_foundry.options import env_flag
+from foundry_core.engine.options import env_flag
 
 SWITCH_ENV = "FOUNDRY_SGLANG_FORK_SERVER"
 PRELOAD_MODULE = "sglang_foundry.fork_server_preload"

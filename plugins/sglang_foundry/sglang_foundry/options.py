@@ -19,15 +19,15 @@
 - ``FOUNDRY_SGLANG_PREFILL_TRACE=FILE``: each prefill shape's capture (SAVE) or stand-in (LOAD)
   appends PyTorch's cached segments at its end to FILE (JSON lines): what to compare when a LOAD's
   prefill placements diverge.
-
-This module imports nothing of foundry-core at import time: the fork server's start-up entry point
-(fork_server.py) reads it before the core is imported. Errors are imported where they are raised.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+
+from foundry_core.engine.options import env_flag
+from foundry_core.errors import InvalidArgumentError
 
 WARMUP_FORWARDS_ENV = "FOUNDRY_SGLANG_WARMUP_FORWARDS"
 WARMUP_FORWARDS = ("paused", "region")
@@ -37,34 +37,22 @@ CHECK_METADATA_ENV = "FOUNDRY_SGLANG_CHECK_METADATA"
 PREFILL_GRAPHS_ENV = "FOUNDRY_SGLANG_PREFILL_GRAPHS"
 PREFILL_TRACE_ENV = "FOUNDRY_SGLANG_PREFILL_TRACE"
 TORCH_COMPILE_ENV = "FOUNDRY_SGLANG_TORCH_COMPILE"
-_FALSE = ("0", "false", "no", "off")
 
 
 def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
     return os.environ if environ is None else environ
 
 
-def env_flag(name: str, default: bool = True, environ: Mapping[str, str] | None = None) -> bool:
-    """A boolean variable: unset or empty gives ``default``; 0/false/no/off give False."""
-    value = _env(environ).get(name, "").strip().lower()
-    if not value:
-        return default
-    return value not in _FALSE
-
-
 def warmup_forwards(environ: Mapping[str, str] | None = None) -> str:
     """Where SAVE runs the capture warmup forwards: ``paused`` or ``region``."""
     value = _env(environ).get(WARMUP_FORWARDS_ENV, "").strip().lower() or WARMUP_FORWARDS[0]
     if value not in WARMUP_FORWARDS:
-        from foundry_core.errors import InvalidArgumentError
-
         raise InvalidArgumentError(f"{WARMUP_FORWARDS_ENV}={value!r}: choose one of {', '.join(WARMUP_FORWARDS)}")
     return value
 
 
 def instantiate_mode(environ: Mapping[str, str] | None = None) -> tuple[str, int]:
     """How LOAD instantiates the restored graphs (mode, threads)."""
-    from foundry_core.errors import InvalidArgumentError
     from foundry_core.graphs import MODES
 
     env = _env(environ)

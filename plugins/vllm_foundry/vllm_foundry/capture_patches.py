@@ -219,7 +219,7 @@ def _pieces_problem(manager: Any, archive: Any, recorded: Any) -> str | None:
 
 def _restore(rt: runtime.WorkerRuntime, manager: Any, original: Callable[..., Any],
              factory: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    instantiate, threads = runtime.instantiate_mode()
+    instantiate, threads = modes.instantiate_mode()
     pieces_when = piecewise.instantiation()
     # Lazy and background mode instantiate every graph later anyway.
     defer = piecewise.is_piece if pieces_when != "restore" and instantiate in ("eager", "parallel") else None

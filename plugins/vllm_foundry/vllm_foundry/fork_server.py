@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from foundry_core.engine.fork_server import client
+from foundry_core.engine.options import env_flag
 
 SWITCH_ENV = "FOUNDRY_VLLM_FORK_SERVER"
 PRELOAD_MODULE = "vllm_foundry.fork_server_preload"
@@ -30,6 +31,11 @@ SERVE_MODULES = ("vllm.entrypoints.cli.main",)
 SERVER_MODULES = ("vllm.entrypoints.openai.api_server",)
 # What the log calls vLLM's children, by their target's name.
 CHILD_NAMES = {"run_engine_core": "engine core"}
+
+
+def enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the fork server is wanted (default yes; ``FOUNDRY_VLLM_FORK_SERVER=0`` says no)."""
+    return env_flag(SWITCH_ENV, True, environ)
 
 
 def starts_server(orig_argv: Sequence[str]) -> bool:
@@ -49,7 +55,7 @@ def start_early() -> None:
     """The ``foundry.early_start`` entry point: starts the fork server when this process starts
     vLLM's server with Foundry active (the start-up hook checked that, and the preload) and the
     switch allows it. Never raises: vLLM then spawns, as it does without the fork server."""
-    client.start_early("vLLM", lambda: client.switched_on(SWITCH_ENV) and starts_server(getattr(sys, "orig_argv", [])),
+    client.start_early("vLLM", lambda: enabled() and starts_server(getattr(sys, "orig_argv", [])),
                        lambda: start(), "vLLM's engine core")
 
 

@@ -29,7 +29,7 @@ from foundry_core.errors import InvalidArgumentError
 
 from vllm_foundry import compile_cache
 from vllm_foundry.adapter import VllmAdapter
-from vllm_foundry.modes import INSTANTIATE_ENV, INSTANTIATE_THREADS_ENV, instantiate_mode  # noqa: F401 - read here
+from vllm_foundry.modes import instantiate_mode
 
 logger = logging.getLogger("foundry.vllm")
 
@@ -110,4 +110,4 @@ def reset() -> None:
     _SLOT.reset()
 
 
-__all__ = ["Phase", "WorkerRuntime", "DeviceOps", "current", "start", "reset", "env_flag", "instantiate_mode", "timed"]
+__all__ = ["Phase", "WorkerRuntime", "DeviceOps", "current", "start", "reset", "env_flag", "timed"]
