@@ -17,6 +17,7 @@ from plugin_support import (early_start_installed, exec_fake_modules, fork_serve
                             install_fake_packages)
 
 from foundry_core.engine.fork_server import client
+from foundry_core.engine.options import env_flag
 from vllm_foundry import fork_patches, patching
 from vllm_foundry import fork_server as fs
 
@@ -39,7 +40,7 @@ def test_only_the_server_commands_start_a_fork_server(argv, expected):
 
 @pytest.mark.parametrize("value, expected", [("", True), ("1", True), ("0", False), ("off", False), ("No", False)])
 def test_the_switch(value, expected):
-    assert fs.enabled({fs.SWITCH_ENV: value}) is expected
+    assert env_flag(fs.SWITCH_ENV, environ={fs.SWITCH_ENV: value}) is expected  # what start_early asks
 
 
 def test_switched_off_nothing_starts(monkeypatch):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from foundry_core.engine.fork_server import client
 from foundry_core.engine.options import env_flag
@@ -31,11 +31,6 @@ SERVE_MODULES = ("vllm.entrypoints.cli.main",)
 SERVER_MODULES = ("vllm.entrypoints.openai.api_server",)
 # What the log calls vLLM's children, by their target's name.
 CHILD_NAMES = {"run_engine_core": "engine core"}
-
-
-def enabled(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the fork server is wanted (default yes; ``FOUNDRY_VLLM_FORK_SERVER=0`` says no)."""
-    return env_flag(SWITCH_ENV, True, environ)
 
 
 def starts_server(orig_argv: Sequence[str]) -> bool:
@@ -55,7 +50,7 @@ def start_early() -> None:
     """The ``foundry.early_start`` entry point: starts the fork server when this process starts
     vLLM's server with Foundry active (the start-up hook checked that, and the preload) and the
     switch allows it. Never raises: vLLM then spawns, as it does without the fork server."""
-    client.start_early("vLLM", lambda: enabled() and starts_server(getattr(sys, "orig_argv", [])),
+    client.start_early("vLLM", lambda: env_flag(SWITCH_ENV) and starts_server(getattr(sys, "orig_argv", [])),
                        lambda: start(), "vLLM's engine core")
 
 
