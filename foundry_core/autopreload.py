@@ -7,25 +7,33 @@ spawned process imports the engine a second time (about 15 s for vLLM). Restarti
 process at start-up costs an interpreter start instead, and the engine may then fork.
 
 Installed as ``_foundry_autopreload`` beside ``foundry-autopreload.pth`` in site-packages, which
-runs :func:`maybe_reexec` in every interpreter. So this module imports nothing beyond ``os`` and
-``sys`` until it has decided to restart, and never raises. It restarts only when all hold:
+runs :func:`at_startup` in every interpreter. So this module imports nothing beyond ``os``,
+``sys`` and ``time`` until it has decided to restart, and never raises. It restarts only when all
+hold:
 
 - the command asks for Foundry: ``--foundry-archive`` on the command line, or ``FOUNDRY_ARCHIVE``
   set, and the mode (``--foundry-mode`` / ``FOUNDRY_MODE``) is not ``off``;
 - libfoundry.so is not in ``LD_PRELOAD`` yet, and this is not already a restarted process;
 - the command can be replayed (not an interactive session, not a script read from stdin);
-- ``FOUNDRY_AUTOPRELOAD`` is not 0/false/no/off (the way to turn this off).
+- ``FOUNDRY_AUTOPRELOAD`` is not 0/false/no/off (the way to turn this off);
+- no early start hosts the engine's GPU processes (below).
 
-In a process that asks for Foundry and already runs under the preload (the restarted one), it runs
-the installed plugins' early starts instead: the entry points of the ``foundry.early_start``
-group, each a function of no arguments that decides for itself whether the command is its
-engine's and then starts, in the background, what overlaps the engine's own imports (SGLang's
-fork server, say). Not in multiprocessing's children, and not with ``FOUNDRY_EARLY_START=0``.
+Before it restarts, it runs the installed plugins' early starts: the entry points of the
+``foundry.early_start`` group, each a function of no arguments that decides for itself whether the
+command is its engine's and then starts, in the background, what overlaps the engine's own imports
+(a fork server, say), with libfoundry.so in this process's ``LD_PRELOAD`` for it to inherit. One
+that returns True has started what hosts the engine's GPU processes: every one of them is then a
+child that execs, or is forked from a process that execs, with the preload from the environment,
+and this process, which runs none, is not restarted (an interpreter start saved). One that returns
+anything else must have started nothing: the process restarts, and the restarted one does not run
+them again. A process that already runs under the preload (``foundry run -- CMD``) runs them at
+start-up. Not in multiprocessing's children, and not with ``FOUNDRY_EARLY_START=0``.
 
 What the hook costs the start is kept for :mod:`foundry_core.engine.critical_path` (which this
-module cannot import): ``restart``, from the first interpreter's decision to restart (passed as
-``FOUNDRY_RESTART_AT``, ``time.time()``, removed from the environment when read) to the
-restarted interpreter's hook, and ``early start``, the early starts with finding them.
+module cannot import): ``restart``, from the first interpreter's hook, once it found that the
+command asks for Foundry (passed as ``FOUNDRY_RESTART_AT``, ``time.time()``, removed from the
+environment when read), to the restarted interpreter's hook, and ``early start``, the early starts
+with finding them, in a process that is not restarted.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ startup_pid: int | None = None
 # perf_counter when the early starts began and ended: a plugin imported in between is counted there.
 early_start_began: float | None = None
 early_start_ended: float | None = None
+_at_startup_pid: int | None = None  # the process at_startup ran in (an exec starts this module afresh)
 
 
 def flag_value(argv: Sequence[str], flag: str) -> str | None:
@@ -100,13 +109,15 @@ def should_restart(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
     return wants_foundry(argv, environ)
 
 
-def maybe_reexec(execve: Callable[[str, list[str], dict[str, str]], object] = os.execve) -> bool:
+def maybe_reexec(execve: Callable[[str, list[str], dict[str, str]], object] = os.execve,
+                 decided: float | None = None) -> bool:
     """Replaces this process with the same command under the preload when the module docstring's
-    conditions hold; returns False otherwise (and when anything goes wrong: start-up must go on)."""
+    conditions hold; returns False otherwise (and when anything goes wrong: start-up must go on).
+    ``decided``: when the hook began to restart (``time.time()``; default now)."""
     try:
         if not should_restart(sys.argv, os.environ):
             return False
-        decided = time.time()  # the restart costs the start from here: the import below is part of it
+        decided = time.time() if decided is None else decided  # the restart costs the start from here
         command = replay_command()
         if command is None:
             _say("this command cannot be replayed (interactive, or a script read from stdin)")
@@ -125,6 +136,27 @@ def maybe_reexec(execve: Callable[[str, list[str], dict[str, str]], object] = os
         return False
 
 
+def children_take_the_preload(load_entry_points: Callable[[], Sequence[object]] | None = None) -> bool:
+    """In a process that asks for Foundry without the preload: puts libfoundry.so in this
+    process's ``LD_PRELOAD`` and runs the early starts (see the module). True when one of them
+    started what hosts the engine's GPU processes (the preload stays in the environment for them);
+    False otherwise, with ``LD_PRELOAD`` as it was. Never raises."""
+    saved = os.environ.get("LD_PRELOAD")
+    try:
+        from foundry_core.preload import preload_environment  # only now: it imports the package
+
+        os.environ["LD_PRELOAD"] = preload_environment(dict(os.environ))["LD_PRELOAD"]
+    except Exception:  # noqa: BLE001 - the restart that follows fails the same way and says why
+        return False
+    _, hosting = run_early_starts(load_entry_points)
+    if not hosting:
+        if saved is None:
+            os.environ.pop("LD_PRELOAD", None)
+        else:
+            os.environ["LD_PRELOAD"] = saved
+    return hosting
+
+
 def _say(reason: str) -> None:
     """One line on stderr when a restart was wanted but did not happen (logging is not configured
     this early): the engine plugin then spawns its GPU processes, which is slower."""
@@ -133,10 +165,23 @@ def _say(reason: str) -> None:
 
 
 def at_startup() -> None:
-    """What the .pth file runs in every interpreter."""
-    if not maybe_reexec():
-        note_restart()
-        run_early_starts()
+    """What the .pth file runs in every interpreter, once (``site`` may read a site-packages
+    directory's .pth files twice, as a virtual environment's start-up can)."""
+    global _at_startup_pid
+    if _at_startup_pid == os.getpid():
+        return
+    _at_startup_pid = os.getpid()
+    began = time.time()
+    try:
+        restart = should_restart(sys.argv, os.environ)
+    except Exception:  # noqa: BLE001 - never break interpreter start-up
+        restart = False
+    if restart:
+        if not children_take_the_preload():
+            maybe_reexec(decided=began)
+        return
+    note_restart()
+    run_early_starts()
 
 
 def _note(item: str, seconds: float) -> None:
@@ -172,22 +217,26 @@ def is_multiprocessing_child(argv: Sequence[str]) -> bool:
 
 
 def wants_early_starts(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
-    if environ.get(EARLY_START_ENV, "").strip().lower() in _FALSE:
+    """Whether this interpreter runs the early starts: Foundry asked for, libfoundry.so in the
+    environment's ``LD_PRELOAD``, not a multiprocessing child, not a restarted process (the first
+    one ran them), not turned off."""
+    if environ.get(EARLY_START_ENV, "").strip().lower() in _FALSE or environ.get(RESTARTED_ENV) == "1":
         return False
     return preloaded(environ) and wants_foundry(argv, environ) and not is_multiprocessing_child(argv)
 
 
-def run_early_starts(load_entry_points: Callable[[], Sequence[object]] | None = None) -> int:
+def run_early_starts(load_entry_points: Callable[[], Sequence[object]] | None = None) -> tuple[int, bool]:
     """Calls every ``foundry.early_start`` entry point when :func:`wants_early_starts`; returns
-    how many ran. Never raises: a failing one is reported on stderr and start-up goes on. Their
+    how many ran and whether one of them returned True (it started what hosts the engine's GPU
+    processes). Never raises: a failing one is reported on stderr and start-up goes on. Their
     time (finding them included) is noted as ``early start``."""
     global early_start_began, early_start_ended
     try:
         if not wants_early_starts(sys.argv, os.environ):
-            return 0
+            return 0, False
     except Exception as exc:  # noqa: BLE001 - never break interpreter start-up
         sys.stderr.write(f"foundry: early starts skipped ({type(exc).__name__}: {exc})\n")
-        return 0
+        return 0, False
     early_start_began, early_start_ended = time.perf_counter(), None
     try:
         return _run_early_starts(load_entry_points)
@@ -196,7 +245,7 @@ def run_early_starts(load_entry_points: Callable[[], Sequence[object]] | None = 
         _note("early start", early_start_ended - early_start_began)
 
 
-def _run_early_starts(load_entry_points: Callable[[], Sequence[object]] | None) -> int:
+def _run_early_starts(load_entry_points: Callable[[], Sequence[object]] | None) -> tuple[int, bool]:
     try:
         if load_entry_points is None:
             from importlib.metadata import entry_points  # only now: it costs tens of milliseconds
@@ -206,12 +255,12 @@ def _run_early_starts(load_entry_points: Callable[[], Sequence[object]] | None) 
             eps = list(load_entry_points())
     except Exception as exc:  # noqa: BLE001 - never break interpreter start-up
         sys.stderr.write(f"foundry: early starts skipped ({type(exc).__name__}: {exc})\n")
-        return 0
-    ran = 0
+        return 0, False
+    ran, hosting = 0, False
     for ep in eps:
         try:
-            ep.load()()
+            hosting = ep.load()() is True or hosting
             ran += 1
         except Exception as exc:  # noqa: BLE001 - one plugin's failure must not stop the others
             sys.stderr.write(f"foundry: early start {getattr(ep, 'name', ep)!s} failed ({type(exc).__name__}: {exc})\n")
-    return ran
+    return ran, hosting

@@ -3,8 +3,10 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "intercept/handlers.h"
 
@@ -64,14 +66,44 @@ int64_t counter(int index) {
   return index >= 0 && index < kCounterCount ? g_counters[index].load(std::memory_order_relaxed) : -1;
 }
 
+namespace {
+
+// The LD_PRELOAD this process was exec'ed with, which is what the dynamic loader preloaded. The
+// live environment may say otherwise: a process that leaves the preload to its children puts the
+// library in its own LD_PRELOAD for them (foundry-core's start-up hook), and a program may drop
+// the variable once started. /proc/self/environ keeps the exec-time block; getenv is the
+// fallback where it cannot be read.
+std::string exec_time_preload() {
+  std::FILE* f = std::fopen("/proc/self/environ", "rb");
+  if (f == nullptr) {
+    const char* live = std::getenv("LD_PRELOAD");
+    return live ? live : "";
+  }
+  std::string block;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) block.append(buf, n);
+  std::fclose(f);
+  static const char kKey[] = "LD_PRELOAD=";
+  const size_t key_len = sizeof kKey - 1;
+  for (size_t pos = 0; pos < block.size();) {
+    size_t end = block.find('\0', pos);
+    if (end == std::string::npos) end = block.size();
+    if (block.compare(pos, key_len, kKey) == 0) return block.substr(pos + key_len, end - pos - key_len);
+    pos = end + 1;
+  }
+  return "";
+}
+
+}  // namespace
+
 bool preload_active() {
   static const bool active = [] {
-    const char* preload = std::getenv("LD_PRELOAD");
+    const std::string preload = exec_time_preload();
     Dl_info self{};
-    if (preload == nullptr || dladdr(reinterpret_cast<void*>(&preload_active), &self) == 0 || !self.dli_fname) return false;
+    if (preload.empty() || dladdr(reinterpret_cast<void*>(&preload_active), &self) == 0 || !self.dli_fname) return false;
     const char* base = std::strrchr(self.dli_fname, '/');
     base = base ? base + 1 : self.dli_fname;
-    return std::strstr(preload, base) != nullptr;
+    return preload.find(base) != std::string::npos;
   }();
   return active;
 }

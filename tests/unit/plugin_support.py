@@ -383,8 +383,10 @@ def check_no_pause_after_finish(rt: Any, dev: FakeDevice) -> None:
 # The server module the hook's command runs: it says whether this process started a fork server.
 SAYS_RUNNING = """
 import json, os
+from foundry_core.engine import preload_active
 from foundry_core.engine.fork_server import client
-print(json.dumps({"running": client.running(), "pid": os.getpid()}))
+print(json.dumps({"running": client.running(), "preload_active": preload_active(),
+                  "restarted": os.environ.get("FOUNDRY_AUTOPRELOAD_RESTARTED") == "1"}))
 """
 
 
@@ -398,10 +400,13 @@ def early_start_installed(name: str) -> bool:
             and any(ep.name == name for ep in entry_points(group="foundry.early_start")))
 
 
-def fork_server_started_by_the_hook(tmp_path: PathLike, module: str, argv: list[str], env: dict[str, str]) -> bool:
-    """Runs ``python -m module *argv`` with Foundry asked for (``FOUNDRY_ARCHIVE``) and the preload
-    in place, ``module`` a synthetic package's module printing whether the start-up hook started
-    a fork server; returns that."""
+def fork_server_started_by_the_hook(tmp_path: PathLike, module: str, argv: list[str], env: dict[str, str],
+                                    preloaded: bool = True) -> bool:
+    """Runs ``python -m module *argv`` with Foundry asked for (``FOUNDRY_ARCHIVE``), ``module`` a
+    synthetic package's module printing whether the start-up hook started a fork server; returns
+    that. ``preloaded``: started under the preload (``foundry run``), else as users start it (the
+    hook then restarts the process under the preload only when no fork server hosts its GPU
+    processes: checked here)."""
     import json
     import pathlib
     import subprocess
@@ -415,10 +420,15 @@ def fork_server_started_by_the_hook(tmp_path: PathLike, module: str, argv: list[
         if str(d) != ".":
             (root / d / "__init__.py").touch()
     path.write_text(SAYS_RUNNING)
-    base = {k: v for k, v in os.environ.items() if not k.startswith("FOUNDRY_")}
-    full = preload_environment({**base, "FOUNDRY_ARCHIVE": str(root / "archive"), "TMPDIR": str(root),
-                                "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])})
+    base = {k: v for k, v in os.environ.items() if not k.startswith("FOUNDRY_") and k != "LD_PRELOAD"}
+    base.update({"FOUNDRY_ARCHIVE": str(root / "archive"), "TMPDIR": str(root),
+                 "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])})
+    full = preload_environment(base) if preloaded else base
     proc = subprocess.run([sys.executable, "-m", module, *argv], env={**full, **env}, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])["running"]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not preloaded and env.get("FOUNDRY_MODE") != "off":
+        assert result["restarted"] is not result["running"], result  # restarted only without a fork server
+        assert result["preload_active"] is result["restarted"], result
+    return result["running"]

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -122,7 +123,46 @@ def test_installed_hook_restarts_a_real_interpreter(tmp_path, extra, env, restar
     assert result["active"] is restarted  # restarted processes run with libfoundry.so preloaded
 
 
-# ---- early starts: in the restarted process, the plugins' start-up work ------------------
+HOSTING_PLUGIN = """
+import json, os
+def start():
+    with open(os.environ["PROBE_LOG"], "a") as f:
+        f.write(json.dumps({"pid": os.getpid(), "ld_preload": os.environ.get("LD_PRELOAD", "")}) + "\\n")
+    return os.environ.get("PROBE_HOSTS") == "1"
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("_foundry_autopreload") is None,
+                    reason="the start-up hook is installed by `pip install -e .` (foundry-autopreload.pth); "
+                           "this interpreter's site-packages has none")
+@pytest.mark.parametrize("hosts", [True, False])
+def test_installed_hook_restarts_only_when_no_early_start_hosts_the_gpu_processes(tmp_path, hosts):
+    """A real interpreter with a plugin's early start on its path: one that hosts the GPU
+    processes leaves the process unrestarted, with the preload in its environment for them; one
+    that does not is run once, before the restart."""
+    site = tmp_path / "site"
+    (site / "probe_plugin-0.dist-info").mkdir(parents=True)
+    (site / "probe_plugin-0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: probe-plugin\nVersion: 0\n")
+    (site / "probe_plugin-0.dist-info" / "entry_points.txt").write_text("[foundry.early_start]\nprobe = probe_plugin:start\n")
+    (site / "probe_plugin.py").write_text(HOSTING_PLUGIN)
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE.replace('"active": preload_active()',
+                                    '"active": preload_active(), "ld_preload": os.environ.get("LD_PRELOAD", "")'))
+    log = tmp_path / "early.jsonl"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("FOUNDRY_") and k != "LD_PRELOAD"}
+    env = {**base, "PYTHONPATH": str(site), "PROBE_LOG": str(log), "PROBE_HOSTS": "1" if hosts else "0"}
+    out = subprocess.run([sys.executable, str(script), "--foundry-archive", "/tmp/none"], env=env,
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(calls) == 1  # never again in a restarted process
+    assert "libfoundry.so" in calls[0]["ld_preload"]  # what a fork server started there inherits
+    assert (result["restarted"] == "1") is not hosts
+    assert result["active"] is not hosts  # the hosting process itself runs without the preload
+    assert "libfoundry.so" in result["ld_preload"]  # its children exec with it either way
+
+
+# ---- early starts: the plugins' start-up work ------------------
 
 PRELOADED = {"LD_PRELOAD": "/site/foundry_core/libfoundry.so", "FOUNDRY_ARCHIVE": "/a"}
 
@@ -160,7 +200,7 @@ def test_early_starts_run_each_plugin_and_survive_a_failing_one(monkeypatch, cap
         raise RuntimeError("no socket")
 
     eps = [_EntryPoint("broken", broken), _EntryPoint("fine", lambda: calls.append("fine"))]
-    assert ap.run_early_starts(lambda: eps) == 1
+    assert ap.run_early_starts(lambda: eps) == (1, False)
     assert calls == ["fine"]
     assert "early start broken failed (RuntimeError: no socket)" in capsys.readouterr().err
 
@@ -168,7 +208,54 @@ def test_early_starts_run_each_plugin_and_survive_a_failing_one(monkeypatch, cap
 def test_no_early_start_without_the_preload(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["m.py", "--foundry-archive", "/a"])
     monkeypatch.delenv("LD_PRELOAD", raising=False)
-    assert ap.run_early_starts(lambda: pytest.fail("entry points read without the preload")) == 0
+    assert ap.run_early_starts(lambda: pytest.fail("entry points read without the preload")) == (0, False)
+
+
+def _asking_for_foundry(monkeypatch, ld_preload=None):
+    monkeypatch.setattr(sys, "argv", ["m.py", "--foundry-archive", "/a"])
+    for name in ("FOUNDRY_MODE", "FOUNDRY_EARLY_START", "FOUNDRY_AUTOPRELOAD_RESTARTED", "FOUNDRY_ARCHIVE"):
+        monkeypatch.delenv(name, raising=False)
+    if ld_preload is None:
+        monkeypatch.delenv("LD_PRELOAD", raising=False)
+    else:
+        monkeypatch.setenv("LD_PRELOAD", ld_preload)
+    monkeypatch.setattr("foundry_core.preload.preload_path", lambda: "/opt/foundry/libfoundry.so")
+
+
+def test_an_early_start_that_hosts_the_gpu_processes_leaves_the_preload_to_the_children(monkeypatch):
+    _asking_for_foundry(monkeypatch, ld_preload="/usr/lib/libother.so")
+    seen = []
+
+    def fork_server():
+        seen.append(os.environ["LD_PRELOAD"])  # what the fork server it starts inherits
+        return True
+
+    assert ap.children_take_the_preload(lambda: [_EntryPoint("none", lambda: None), _EntryPoint("fs", fork_server)])
+    assert seen == ["/opt/foundry/libfoundry.so /usr/lib/libother.so"]
+    assert os.environ["LD_PRELOAD"] == seen[0]  # for every later child: spawned ones exec with it
+
+
+@pytest.mark.parametrize("answer", [None, False, 1, "yes"])
+def test_early_starts_that_host_nothing_leave_the_environment_to_the_restart(monkeypatch, answer):
+    _asking_for_foundry(monkeypatch)
+    calls = []
+    assert not ap.children_take_the_preload(lambda: [_EntryPoint("p", lambda: calls.append(1) or answer)])
+    assert calls == [1] and "LD_PRELOAD" not in os.environ
+    # The restarted process does not run them again.
+    assert not ap.wants_early_starts(sys.argv, {"LD_PRELOAD": "/opt/foundry/libfoundry.so",
+                                                "FOUNDRY_AUTOPRELOAD_RESTARTED": "1"})
+
+
+def test_at_startup_restarts_only_when_no_early_start_hosts(monkeypatch):
+    _asking_for_foundry(monkeypatch)
+    hosted, restarts = [], []
+    monkeypatch.setattr(ap, "children_take_the_preload", lambda: bool(hosted))
+    monkeypatch.setattr(ap, "maybe_reexec", lambda decided=None: restarts.append(decided))
+    ap.at_startup()
+    assert len(restarts) == 1 and abs(restarts[0] - time.time()) < 60  # the restart is timed from the hook
+    hosted.append(True)
+    ap.at_startup()
+    assert len(restarts) == 1
 
 
 def test_the_pth_file_runs_the_start_up_entry():

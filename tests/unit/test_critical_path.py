@@ -357,6 +357,7 @@ def test_early_starts_are_timed(hook, monkeypatch):
     monkeypatch.setenv("FOUNDRY_ARCHIVE", "/a")
     monkeypatch.delenv("FOUNDRY_MODE", raising=False)
     monkeypatch.delenv("FOUNDRY_EARLY_START", raising=False)
+    monkeypatch.delenv("FOUNDRY_AUTOPRELOAD_RESTARTED", raising=False)
     seen = []
 
     class Slow:
@@ -368,7 +369,7 @@ def test_early_starts_are_timed(hook, monkeypatch):
                 time.sleep(0.05)
             return start
 
-    assert hook.run_early_starts(lambda: [Slow()]) == 1
+    assert hook.run_early_starts(lambda: [Slow()]) == (1, False)
     assert seen == [0.0]  # counted as the early start's, not again as the plugin's import
     assert hook.startup_seconds["early start"] >= 0.05
     assert cp.import_seconds(time.perf_counter() - 0.5, hook) >= 0.5  # after the early starts: the import's own

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import subprocess
 import sys
 
 import pytest
@@ -160,3 +162,35 @@ def test_ensure_does_not_loop(monkeypatch, execs):
     with pytest.raises(StateError, match="still not active"):
         ensure_preloaded_or_reexec(reexec=True)
     assert execs == []
+
+
+NATIVE_PROBE = """
+import ctypes, json, os, sys
+from foundry_core import _library
+if sys.argv[1] == "set":
+    os.environ["LD_PRELOAD"] = str(_library.library_path())  # for children only
+else:
+    os.environ.pop("LD_PRELOAD", None)  # dropped after the exec
+print(json.dumps(bool(_library.load().foundry_preload_active())))
+"""
+
+
+@pytest.mark.parametrize("preloaded, live", [(False, "set"), (True, "drop")])
+def test_the_native_answer_is_the_exec_time_preload_not_the_live_environment(tmp_path, preloaded, live):
+    """A process that puts libfoundry.so in its own LD_PRELOAD (for its children) is not
+    preloaded; one exec'ed with it stays preloaded when it drops the variable."""
+    from foundry_core import _library
+
+    try:
+        lib = str(_library.library_path())
+    except FileNotFoundError as exc:
+        pytest.skip(f"libfoundry.so is not built here ({exc})")
+    script = tmp_path / "probe.py"
+    script.write_text(NATIVE_PROBE)
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("FOUNDRY_")}
+    env["FOUNDRY_AUTOPRELOAD"] = "0"
+    if preloaded:
+        env["LD_PRELOAD"] = lib
+    out = subprocess.run([sys.executable, str(script), live], env=env, capture_output=True, text=True, timeout=60,
+                         check=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) is preloaded

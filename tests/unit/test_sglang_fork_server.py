@@ -52,7 +52,14 @@ def test_switched_off_nothing_starts(monkeypatch):
     monkeypatch.setenv(fs.SWITCH_ENV, "0")
     monkeypatch.setattr(sys, "orig_argv", ["python3", "-m", "sglang.launch_server"])
     monkeypatch.setattr(fs, "start", lambda *a, **k: pytest.fail("the fork server started although switched off"))
-    fs.start_early()
+    assert fs.start_early() is False  # the start-up hook restarts the main process under the preload
+
+
+def test_a_started_fork_server_hosts_the_schedulers(monkeypatch):
+    monkeypatch.delenv(fs.SWITCH_ENV, raising=False)
+    monkeypatch.setattr(sys, "orig_argv", ["python3", "-m", "sglang.launch_server"])
+    monkeypatch.setattr(fs, "start", lambda *a, **k: "/tmp/status.json")
+    assert fs.start_early() is True  # the main process is left without the preload
 
 
 def test_a_failing_start_is_reported_and_swallowed(monkeypatch, capsys):
@@ -63,7 +70,7 @@ def test_a_failing_start_is_reported_and_swallowed(monkeypatch, capsys):
         raise OSError("no socket")
 
     monkeypatch.setattr(fs, "start", broken)
-    fs.start_early()
+    assert fs.start_early() is False
     assert "fork server did not start (OSError: no socket)" in capsys.readouterr().err
 
 
@@ -302,8 +309,9 @@ def test_an_unsafe_fork_server_makes_the_child_spawn_and_says_why(tmp_path):
 @pytest.mark.skipif(not early_start_installed("sglang"), reason="needs foundry-core's start-up hook and sglang-foundry's "
                     "entry point installed (`pip install -e . -e plugins/sglang_foundry`)")
 @pytest.mark.parametrize("env, running", [({}, True), ({fs.SWITCH_ENV: "0"}, False), ({"FOUNDRY_MODE": "off"}, False)])
-def test_the_start_up_hook_starts_the_fork_server_for_sglangs_server(tmp_path, env, running):
-    assert fork_server_started_by_the_hook(tmp_path, "sglang.launch_server", ["--model-path", "m"], env) is running
+@pytest.mark.parametrize("preloaded", [False, True])
+def test_the_start_up_hook_starts_the_fork_server_for_sglangs_server(tmp_path, env, running, preloaded):
+    assert fork_server_started_by_the_hook(tmp_path, "sglang.launch_server", ["--model-path", "m"], env, preloaded) is running
 
 
 # ---- device queries answered from NVML during the fork server's imports -------------------

@@ -43,11 +43,26 @@ def test_the_switch(value, expected):
     assert env_flag(fs.SWITCH_ENV, environ={fs.SWITCH_ENV: value}) is expected  # what start_early asks
 
 
-def test_switched_off_nothing_starts(monkeypatch):
-    monkeypatch.setenv(fs.SWITCH_ENV, "0")
+@pytest.mark.parametrize("variable", [fs.SWITCH_ENV, fs.INPROC_ENV])
+def test_switched_off_or_with_the_engine_in_the_api_server_nothing_starts(monkeypatch, variable):
+    """VLLM_ENABLE_V1_MULTIPROCESSING=0 runs the engine in the API server: no fork server, and the
+    start-up hook restarts it under the preload (start_early says it hosts nothing)."""
+    monkeypatch.delenv(fs.SWITCH_ENV, raising=False)
+    monkeypatch.setenv(variable, "0")
     monkeypatch.setattr(sys, "orig_argv", ["python3", "/venv/bin/vllm", "serve", "m"])
-    monkeypatch.setattr(fs, "start", lambda *a, **k: pytest.fail("the fork server started although switched off"))
-    fs.start_early()
+    monkeypatch.setattr(fs, "start", lambda *a, **k: pytest.fail("the fork server started"))
+    assert fs.start_early() is False
+
+
+def test_a_started_fork_server_hosts_the_engine_core(monkeypatch):
+    monkeypatch.delenv(fs.SWITCH_ENV, raising=False)
+    monkeypatch.delenv(fs.INPROC_ENV, raising=False)
+    monkeypatch.setattr(sys, "orig_argv", ["python3", "/venv/bin/vllm", "serve", "m"])
+    started = []
+    monkeypatch.setattr(fs, "start", lambda *a, **k: started.append(1) or "/tmp/status.json")
+    assert fs.start_early() is True and started == [1]  # the API server is not restarted
+    monkeypatch.setattr(sys, "orig_argv", ["python3", "script.py"])
+    assert fs.start_early() is False and started == [1]
 
 
 def test_a_failing_start_is_reported_and_swallowed(monkeypatch, capsys):
@@ -58,7 +73,7 @@ def test_a_failing_start_is_reported_and_swallowed(monkeypatch, capsys):
         raise OSError("no socket")
 
     monkeypatch.setattr(fs, "start", broken)
-    fs.start_early()
+    assert fs.start_early() is False  # restarted under the preload; the engine core is spawned
     assert "vLLM fork server did not start (OSError: no socket); vLLM's engine core will be spawned" \
         in capsys.readouterr().err
 
@@ -218,6 +233,8 @@ def test_the_engine_core_is_forked_from_a_server_that_imported_vllm(tmp_path):
 
 @pytest.mark.skipif(not early_start_installed("vllm"), reason="needs foundry-core's start-up hook and vllm-foundry's "
                     "entry point installed (`pip install -e . -e plugins/vllm_foundry`)")
-@pytest.mark.parametrize("env, running", [({}, True), ({fs.SWITCH_ENV: "0"}, False), ({"FOUNDRY_MODE": "off"}, False)])
-def test_the_start_up_hook_starts_the_fork_server_for_vllm_serve(tmp_path, env, running):
-    assert fork_server_started_by_the_hook(tmp_path, "vllm.entrypoints.cli.main", ["serve", "m"], env) is running
+@pytest.mark.parametrize("env, running", [({}, True), ({fs.SWITCH_ENV: "0"}, False), ({"FOUNDRY_MODE": "off"}, False),
+                                          ({fs.INPROC_ENV: "0"}, False)])
+@pytest.mark.parametrize("preloaded", [False, True])
+def test_the_start_up_hook_starts_the_fork_server_for_vllm_serve(tmp_path, env, running, preloaded):
+    assert fork_server_started_by_the_hook(tmp_path, "vllm.entrypoints.cli.main", ["serve", "m"], env, preloaded) is running

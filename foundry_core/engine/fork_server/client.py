@@ -6,8 +6,9 @@ GPU host, on the critical path of every start). With Foundry active, the engine 
 start (run by the start-up hook through the ``foundry.early_start`` entry points) calls
 :func:`start` instead: multiprocessing's fork server imports the engine's child modules (the
 plugin's preload module, which runs :mod:`foundry_core.engine.fork_server.preload`) while the main process
-imports its own, with the preload already in place (it is the restarted process's child), and never
-initialises CUDA. When the engine starts a child through :class:`ForkingMultiprocessing` (the
+imports its own, with the preload already in place (the start-up hook put libfoundry.so in the
+main process's ``LD_PRELOAD`` for it, and does not restart the main process, which runs no GPU
+work), and never initialises CUDA. When the engine starts a child through :class:`ForkingMultiprocessing` (the
 plugin puts it where the engine looks up ``multiprocessing`` at its launch sites), the child is
 forked from that server: the imports are done.
 
@@ -59,16 +60,21 @@ STATUS_TIMEOUT_S = 300.0
 # ---- start-up (the main process, at interpreter start) -----------------------------------
 
 
-def start_early(engine: str, wanted: Callable[[], bool], start_server: Callable[[], object], children: str) -> None:
+def start_early(engine: str, wanted: Callable[[], bool], start_server: Callable[[], object], children: str) -> bool:
     """An engine plugin's ``foundry.early_start``: ``start_server()`` when ``wanted()`` (this
-    command starts the engine's server and the plugin's switch allows it). Never raises: on any
-    error it says so on stderr, and the engine spawns ``children`` as it does without a fork server."""
+    command starts the engine's server, whose GPU processes are all children, and the plugin's
+    switch allows it). True when the fork server started: the start-up hook then leaves the main
+    process without the preload (:mod:`foundry_core.autopreload`). Never raises: on any error it
+    says so on stderr and returns False, and the engine spawns ``children`` as it does without a
+    fork server."""
     try:
         if wanted():
             start_server()
+            return True
     except Exception as exc:  # noqa: BLE001 - interpreter start-up must go on
         sys.stderr.write(f"foundry: the {engine} fork server did not start ({type(exc).__name__}: {exc}); "
                          f"{children} will be spawned\n")
+    return False
 
 
 def start(preload: Sequence[str], engine: str, child_names: Mapping[str, str] | None = None) -> str:

@@ -46,12 +46,13 @@ def starts_server(orig_argv: Sequence[str]) -> bool:
     return False
 
 
-def start_early() -> None:
+def start_early() -> bool:
     """The ``foundry.early_start`` entry point: starts the fork server when this process starts
-    SGLang's server with Foundry active (the start-up hook checked that, and the preload) and the
-    switch allows it. Never raises: SGLang then spawns, as it does without the fork server."""
-    client.start_early("SGLang", lambda: enabled() and starts_server(getattr(sys, "orig_argv", [])),
-                       lambda: start(), "SGLang's children")
+    SGLang's server with Foundry active (the start-up hook checked that) and the switch allows it;
+    returns whether it did (the main process, which never runs a model, is then not restarted
+    under the preload). Never raises: SGLang then spawns, as it does without the fork server."""
+    return client.start_early("SGLang", lambda: enabled() and starts_server(getattr(sys, "orig_argv", [])),
+                              lambda: start(), "SGLang's children")
 
 
 def start(preload: Sequence[str] = (PRELOAD_MODULE,)) -> str:

@@ -6,8 +6,8 @@ process 0 and inherited by the children), and the CLI seam (cli.py), when the fl
 the entry point ran. It sets the child environment (libfoundry.so in ``LD_PRELOAD``, the NCCL
 settings, the FOUNDRY_* variables, ``FOUNDRY_STRICT=1`` unless set),
 ``VLLM_WORKER_MULTIPROC_METHOD=spawn`` (a forked child would not exec with the preload; left alone
-when this process already runs under it, e.g. ``foundry run -- vllm serve ...`` or foundry-core's
-start-up hook), logging for the ``foundry`` logger, and the worker and capture seams: at once in
+when this process already runs under it, e.g. ``foundry run -- vllm serve ...`` or a script that
+foundry-core's start-up hook restarted; ``vllm serve`` sets spawn itself), logging for the ``foundry`` logger, and the worker and capture seams: at once in
 processes that may run a GPU worker (:func:`hosts_engine`), or in the child right after a fork
 when this process has the preload (vLLM's forked engine process does not load plugins again). In
 the first process, when the start-up hook started a fork server, vLLM's engine-core launch forks
@@ -23,7 +23,8 @@ from foundry_core.engine import Mode, Settings, host_caches, preload_active, pre
 from foundry_core.engine.environment import plugin_child_environment
 from foundry_core.engine.registration import PluginRegistration
 
-from vllm_foundry import compile_artifact, compile_cache, fork_patches, modes, piecewise
+from vllm_foundry import compile_artifact, compile_cache, fork_patches, fork_server, modes, piecewise
+from vllm_foundry.fork_server import INPROC_ENV
 
 logger = logging.getLogger("foundry.vllm")
 
@@ -31,7 +32,6 @@ __all__ = ["REGISTRATION", "MP_METHOD_ENV", "INPROC_ENV", "activate", "child_env
            "install_engine_seams"]
 
 MP_METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
-INPROC_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
 # This process's registration: the entry point's and activate()'s state, kept in one place.
 REGISTRATION = PluginRegistration("vllm-foundry", logger)
@@ -67,7 +67,7 @@ def hosts_engine() -> bool:
 
     if multiprocessing.parent_process() is not None:
         return True
-    return os.environ.get(INPROC_ENV, "1").strip().lower() in ("0", "false", "no", "off")
+    return not fork_server.engine_in_children()
 
 
 def install_engine_seams() -> None:

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from foundry_core.engine.fork_server import client
 from foundry_core.engine.options import env_flag
 
 SWITCH_ENV = "FOUNDRY_VLLM_FORK_SERVER"
+INPROC_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 PRELOAD_MODULE = "vllm_foundry.fork_server_preload"
 # The commands that start vLLM's OpenAI server: ``vllm serve`` (the console script, or
 # ``python -m vllm.entrypoints.cli.main serve``) and ``python -m vllm.entrypoints.openai.api_server``.
@@ -46,12 +47,21 @@ def starts_server(orig_argv: Sequence[str]) -> bool:
     return False
 
 
-def start_early() -> None:
+def engine_in_children(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether vLLM runs its engine in child processes (``VLLM_ENABLE_V1_MULTIPROCESSING`` is not
+    off): with it off, the API server runs the engine itself and needs the preload, which a
+    restart gives it."""
+    return env_flag(INPROC_ENV, True, environ)
+
+
+def start_early() -> bool:
     """The ``foundry.early_start`` entry point: starts the fork server when this process starts
-    vLLM's server with Foundry active (the start-up hook checked that, and the preload) and the
-    switch allows it. Never raises: vLLM then spawns, as it does without the fork server."""
-    client.start_early("vLLM", lambda: env_flag(SWITCH_ENV) and starts_server(getattr(sys, "orig_argv", [])),
-                       lambda: start(), "vLLM's engine core")
+    vLLM's server with Foundry active (the start-up hook checked that), its engine runs in child
+    processes and the switch allows it; returns whether it did (the API server is then not
+    restarted under the preload: it runs no GPU work). Never raises: vLLM then spawns, as it does
+    without the fork server."""
+    return client.start_early("vLLM", lambda: env_flag(SWITCH_ENV) and engine_in_children()
+                              and starts_server(getattr(sys, "orig_argv", [])), lambda: start(), "vLLM's engine core")
 
 
 def start(preload: Sequence[str] = (PRELOAD_MODULE,)) -> str:
