@@ -33,7 +33,8 @@ What the hook costs the start is kept for :mod:`foundry_core.engine.critical_pat
 module cannot import): ``restart``, from the first interpreter's hook, once it found that the
 command asks for Foundry (passed as ``FOUNDRY_RESTART_AT``, ``time.time()``, removed from the
 environment when read), to the restarted interpreter's hook, and ``early start``, the early starts
-with finding them, in a process that is not restarted.
+with finding them, in a process that is not restarted (less ``engine imports``: the modules of
+:data:`ENGINE_MODULES` that finding them imports, which the engine imports anyway).
 """
 
 from __future__ import annotations
@@ -61,6 +62,13 @@ startup_pid: int | None = None
 early_start_began: float | None = None
 early_start_ended: float | None = None
 _at_startup_pid: int | None = None  # the process at_startup ran in (an exec starts this module afresh)
+# Standard-library modules that the early starts import and that every engine's first process
+# imports anyway before Foundry's plugin could run: torch imports them all (vLLM's, SGLang's and
+# TensorRT-LLM's servers import torch at start-up), and vLLM's CLI module imports
+# importlib.metadata first. Their time is noted apart from ``early start`` (ENGINE_WORK), as the
+# engine's own work done earlier.
+ENGINE_MODULES = ("importlib.metadata", "ctypes", "json", "logging", "dataclasses", "pathlib", "multiprocessing")
+ENGINE_WORK = "engine imports"
 
 
 def flag_value(argv: Sequence[str], flag: str) -> str | None:
@@ -140,21 +148,39 @@ def children_take_the_preload(load_entry_points: Callable[[], Sequence[object]] 
     """In a process that asks for Foundry without the preload: puts libfoundry.so in this
     process's ``LD_PRELOAD`` and runs the early starts (see the module). True when one of them
     started what hosts the engine's GPU processes (the preload stays in the environment for them);
-    False otherwise, with ``LD_PRELOAD`` as it was. Never raises."""
+    False otherwise, with ``LD_PRELOAD`` as it was. Never raises. Timed as ``early start``."""
+    global early_start_began, early_start_ended
     saved = os.environ.get("LD_PRELOAD")
+    early_start_began, early_start_ended = time.perf_counter(), None
+    hosting = False
     try:
+        _import_engine_modules()
         from foundry_core.preload import preload_environment  # only now: it imports the package
 
         os.environ["LD_PRELOAD"] = preload_environment(dict(os.environ))["LD_PRELOAD"]
+        if wants_early_starts(sys.argv, os.environ):
+            hosting = _run_early_starts(load_entry_points)[1]
     except Exception:  # noqa: BLE001 - the restart that follows fails the same way and says why
-        return False
-    _, hosting = run_early_starts(load_entry_points)
+        hosting = False
+    finally:
+        early_start_ended = time.perf_counter()
+        _note("early start", early_start_ended - early_start_began - startup_seconds.get(ENGINE_WORK, 0.0))
     if not hosting:
         if saved is None:
             os.environ.pop("LD_PRELOAD", None)
         else:
             os.environ["LD_PRELOAD"] = saved
     return hosting
+
+
+def _import_engine_modules() -> None:
+    """Imports :data:`ENGINE_MODULES` that this process has not imported yet, noting their time
+    as ``engine imports`` (the engine's own work, done earlier: not in the critical-path total)."""
+    for name in ENGINE_MODULES:
+        if name not in sys.modules:
+            began = time.perf_counter()
+            __import__(name)
+            _note(ENGINE_WORK, time.perf_counter() - began)
 
 
 def _say(reason: str) -> None:
@@ -239,10 +265,14 @@ def run_early_starts(load_entry_points: Callable[[], Sequence[object]] | None = 
         return 0, False
     early_start_began, early_start_ended = time.perf_counter(), None
     try:
+        _import_engine_modules()
         return _run_early_starts(load_entry_points)
+    except Exception as exc:  # noqa: BLE001 - never break interpreter start-up
+        sys.stderr.write(f"foundry: early starts skipped ({type(exc).__name__}: {exc})\n")
+        return 0, False
     finally:
         early_start_ended = time.perf_counter()
-        _note("early start", early_start_ended - early_start_began)
+        _note("early start", early_start_ended - early_start_began - startup_seconds.get(ENGINE_WORK, 0.0))
 
 
 def _run_early_starts(load_entry_points: Callable[[], Sequence[object]] | None) -> tuple[int, bool]:

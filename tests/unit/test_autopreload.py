@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import builtins
 import subprocess
 import sys
 import time
@@ -261,3 +262,31 @@ def test_at_startup_restarts_only_when_no_early_start_hosts(monkeypatch):
 def test_the_pth_file_runs_the_start_up_entry():
     pth = (Path(ap.__file__).parent / "foundry-autopreload.pth").read_text()
     assert pth.strip() == "import _foundry_autopreload; _foundry_autopreload.at_startup()"
+
+
+def test_the_engine_modules_imported_ahead_are_timed_apart(monkeypatch):
+    _asking_for_foundry(monkeypatch)
+    monkeypatch.setattr(ap, "startup_seconds", {})
+    monkeypatch.setattr(ap, "startup_pid", None)
+    monkeypatch.setattr(ap, "ENGINE_MODULES", ("_foundry_probe_module",))
+    imported = []
+
+    real_import = builtins.__import__
+
+    def slow_import(name, *args, **kwargs):
+        if name == "_foundry_probe_module":
+            time.sleep(0.05)
+            imported.append(name)
+            return sys
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", slow_import)
+
+    def early():
+        time.sleep(0.02)
+        return True
+
+    assert ap.children_take_the_preload(lambda: [_EntryPoint("fs", early)])
+    assert imported == ["_foundry_probe_module"]
+    assert ap.startup_seconds[ap.ENGINE_WORK] >= 0.05
+    assert 0.02 <= ap.startup_seconds["early start"] < 0.05  # the engine's import is not in it

@@ -495,3 +495,13 @@ def test_an_import_counts_in_its_process_and_not_in_a_child_forked_after_it():
         os._exit(0)
     os.waitpid(pid, 0)
     assert float(os.read(read, 64)) == 0.0
+
+
+def test_the_hooks_engine_imports_are_beside_the_total(hook, ledger):
+    """What finding the early starts imports of the engine's own modules is the engine's work done
+    earlier: shown beside the total, not in it."""
+    hook._note("early start", 0.03)
+    hook._note(hook.ENGINE_WORK, 0.05)
+    cp.take_startup(ledger, hook)
+    assert ledger.items() == pytest.approx({"early start": 0.03})
+    assert ledger.overlapped() == pytest.approx({"engine imports": 0.05})
