@@ -350,6 +350,18 @@ def test_register_off_only_adds_the_flags(fake_vllm, recorded_activation):
                                               "VLLM_WORKER_MULTIPROC_METHOD")
 
 
+def test_register_in_a_child_leaves_the_command_line_alone(fake_vllm, recorded_activation, monkeypatch):
+    """vLLM's children (an engine core forked from the fork server, say) parse no command line:
+    register() does not wrap EngineArgs there, which would import vllm.engine.arg_utils."""
+    import multiprocessing
+
+    engine_args = fake_vllm["vllm.engine.arg_utils"].EngineArgs
+    before = (engine_args.add_cli_args, engine_args.from_cli_args)
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())
+    register_mod.register()
+    assert (engine_args.add_cli_args, engine_args.from_cli_args) == before
+
+
 def test_register_from_environment_prepares_children_once(fake_vllm, recorded_activation, monkeypatch, tmp_path):
     monkeypatch.setattr(activation, "prepare_child_environment", fake_child_env)
     monkeypatch.setenv("FOUNDRY_ARCHIVE", str(tmp_path))
