@@ -54,13 +54,17 @@ class Entry:
         return cls(len(content), hashlib.sha256(content).hexdigest(), mtime_ns)
 
 
+def is_safe_path(path: str) -> bool:
+    """Whether ``path`` is a relative path with no ``..``, ``.``, absolute part or empty component
+    (so a PurePosixPath of it prints as ``path``). String checks only: a LOAD checks every
+    carried file's path on the start's critical path."""
+    return (bool(path) and not path.startswith("/") and "\\" not in path and "\0" not in path
+            and all(part not in ("", ".", "..") for part in path.split("/")))
+
+
 def safe_path(path: str) -> PurePosixPath | None:
     """``path`` as a relative path with no ``..``, absolute part or empty component, else None."""
-    p = PurePosixPath(path)
-    if not path or p.is_absolute() or any(part in ("", ".", "..") for part in p.parts) or "\\" in path \
-            or "\0" in path or str(p) != path:
-        return None
-    return p
+    return PurePosixPath(path) if is_safe_path(path) else None
 
 
 def open_regular(path: Path, expected_size: int | None = None) -> int:
@@ -98,10 +102,10 @@ def parse_list(data: Any, path: Path) -> dict[str, dict[str, Entry]]:
         raise FormatError(f"{path}: 'caches' is not an object")
     out: dict[str, dict[str, Entry]] = {}
     for cache, files in caches.items():
-        if safe_path(cache) is None or "/" in cache or not isinstance(files, dict):
+        if not isinstance(cache, str) or not is_safe_path(cache) or "/" in cache or not isinstance(files, dict):
             raise FormatError(f"{path}: cache {cache!r} is not a plain name with an object of files")
         for rel, entry in files.items():
-            if safe_path(rel) is None:
+            if not is_safe_path(rel):
                 raise FormatError(f"{path}: {cache} path {rel!r} is not a relative path inside the archive")
             if not isinstance(entry, dict) or not _count(entry.get("size")) \
                     or not isinstance(entry.get("sha256"), str) or not BLOB_NAME.fullmatch(entry["sha256"]):

@@ -42,6 +42,7 @@ from foundry_core.manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST_NAME,
+    KnownManifest,
     parse_json,
     read_archive_file,
     read_manifest,
@@ -477,17 +478,21 @@ def _resolve_manifest(path: Path) -> Path:
 
 
 def open_archive(path: str | os.PathLike, check_environment: bool = True,
-                 fingerprint: dict | None = None) -> tuple[Path, dict]:
-    """Reads and checks an archive's manifest (structure, then fingerprint); returns (path, manifest)."""
+                 fingerprint: dict | None = None, known: KnownManifest | None = None) -> tuple[Path, dict]:
+    """Reads and checks an archive's manifest (structure, then fingerprint); returns (path, manifest).
+    ``known``: the manifest as the caller read it before, used while its file is unchanged."""
     manifest_path = _resolve_manifest(Path(path))
-    manifest = read_manifest(manifest_path)
+    manifest = known.current(manifest_path) if known is not None else None
+    if manifest is None:
+        manifest = read_manifest(manifest_path)
     if check_environment:
         check_fingerprint(manifest["fingerprint"], current_fingerprint(fingerprint))
     return manifest_path, manifest
 
 
 def load_graphs(path: str | os.PathLike, mode: str = "eager", threads: int = 4,
-                fingerprint: dict | None = None, defer: Callable[[str], bool] | None = None) -> GraphArchive:
+                fingerprint: dict | None = None, defer: Callable[[str], bool] | None = None,
+                known: KnownManifest | None = None) -> GraphArchive:
     """Restores the graphs of an archive (directory, or a single graph's ``.json``).
 
     mode: ``eager`` instantiates every graph now on this thread; ``parallel`` uses ``threads``
@@ -498,6 +503,8 @@ def load_graphs(path: str | os.PathLike, mode: str = "eager", threads: int = 4,
     but instantiated at their first :meth:`RestoredGraph.instantiate` or replay (an engine that
     uses few of them, and can run one without its graph when the driver refuses it), the others
     now on this thread (also in parallel mode). Ignored in lazy and background mode.
+    known: the archive's manifest as the caller read it (:class:`~foundry_core.manifest.KnownManifest`),
+    used instead of reading it again while its file is unchanged.
     The allocation region must be set as at SAVE. Raises MismatchError naming the fingerprint
     field when the archive comes from another environment, FormatError when it is corrupt.
     """
@@ -508,7 +515,7 @@ def load_graphs(path: str | os.PathLike, mode: str = "eager", threads: int = 4,
     # Capture released the caching allocator's unused segments (torch.cuda.graph empties the
     # cache); do the same so the graph memory's recorded ranges are free here too.
     torch.cuda.empty_cache()
-    manifest_path, manifest = open_archive(path, fingerprint=fingerprint)
+    manifest_path, manifest = open_archive(path, fingerprint=fingerprint, known=known)
     directory = manifest_path.parent
     if manifest["region"]["size"]:
         check_allocations(directory, manifest)

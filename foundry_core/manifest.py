@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,36 @@ def _check_tensor(t: Any, where: str) -> None:
         raise FormatError(f"{where}: shape {shape} and stride {stride} do not describe a tensor")
 
 
+_DTYPE_SET = frozenset(DTYPES)
+_OUTPUT_COUNTS = {"none": 0, "tensor": 1, "list": None, "tuple": None}
+
+
+def _tensor_ok(t: Any) -> bool:
+    """Whether ``t`` passes :func:`_check_tensor`, without building its messages: a LOAD checks
+    thousands of them on the start's critical path (JSON ints are exactly ``int``, never bool)."""
+    if type(t) is not dict:
+        return False
+    shape, stride, dtype = t.get("shape"), t.get("stride"), t.get("dtype")
+    return (type(t.get("ptr")) is int and type(shape) is list and type(stride) is list
+            and type(dtype) is str and dtype in _DTYPE_SET and len(shape) == len(stride)
+            and all(type(x) is int and x >= 0 for x in shape) and all(type(x) is int for x in stride))
+
+
+def _graph_ok(g: Any) -> bool:
+    """Whether graph entry ``g`` passes validate()'s checks (the fast path; the slow one names
+    what is wrong)."""
+    if type(g) is not dict or type(g.get("name")) is not str:
+        return False
+    outputs = g.get("outputs")
+    kind = outputs.get("kind") if type(outputs) is dict else None
+    if type(kind) is not str or kind not in _OUTPUT_COUNTS:
+        return False
+    tensors = outputs.get("tensors")
+    expected = _OUTPUT_COUNTS[kind]
+    return (type(tensors) is list and (expected is None or len(tensors) == expected)
+            and all(_tensor_ok(t) for t in tensors))
+
+
 def validate(manifest: Any, source: str = MANIFEST_NAME) -> dict:
     """Checks a parsed manifest's structure; returns it."""
     if not isinstance(manifest, dict):
@@ -70,6 +101,8 @@ def validate(manifest: Any, source: str = MANIFEST_NAME) -> dict:
         _require(region, key, int, f"{source} region")
     graphs = _require(manifest, "graphs", list, source)
     for i, g in enumerate(graphs):
+        if _graph_ok(g):
+            continue
         where = f"{source} graph {i}"
         _require(g, "name", str, where)
         outputs = _require(g, "outputs", dict, where)
@@ -116,6 +149,34 @@ def read_manifest(path: str | os.PathLike) -> dict:
     """Reads and validates a manifest file (refusing symlinks, non-regular and oversized files)."""
     data = read_archive_file(path, "manifest", MAX_MANIFEST_BYTES)
     return validate(parse_json(data, str(path), "manifest"), str(path))
+
+
+def file_identity(path: str | os.PathLike) -> tuple[int, int, int, int] | None:
+    """(device, inode, size, mtime_ns) of ``path``, or None when it cannot be had. An archive's
+    files are replaced by renaming a new directory into place, which changes the inode."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+@dataclass(frozen=True)
+class KnownManifest:
+    """A manifest already read and validated, with its file's :func:`file_identity` taken before
+    that read: while the file keeps it, the file still holds what was read, and a LOAD that reads
+    the manifest again (the restore, the images thread) uses this instead (0.03-0.1 s of parsing
+    and checks for a few thousand graphs)."""
+
+    path: Path
+    identity: tuple[int, int, int, int]
+    manifest: dict
+
+    def current(self, path: str | os.PathLike) -> dict | None:
+        """The manifest when ``path`` is its file and still unchanged, else None (read it again)."""
+        if Path(path) != self.path or file_identity(path) != self.identity:
+            return None
+        return self.manifest
 
 
 def write_manifest(path: str | os.PathLike, manifest: dict) -> None:

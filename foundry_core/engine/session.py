@@ -52,6 +52,7 @@ from foundry_core.errors import (
     StateError,
     VersionError,
 )
+from foundry_core.manifest import MANIFEST_NAME, KnownManifest, file_identity
 from foundry_core.sizes import format_size, parse_size
 
 logger = logging.getLogger("foundry")
@@ -162,6 +163,7 @@ class EngineSession:
         self.fingerprint: dict[str, Any] = {}
         self.topology: Topology | None = None
         self._state: EngineState | None = None
+        self._known: KnownManifest | None = None  # the manifest the check read, for the restore
         self._region_active = False
         self._boundary: int | None = None
         self._images_ahead: ImagesAhead | None = None  # running or not yet joined
@@ -220,6 +222,7 @@ class EngineSession:
         if self.requested is Mode.SAVE:
             return Mode.SAVE
         assert self.rank_dir is not None and self.archive is not None
+        identity = file_identity(self.rank_dir / MANIFEST_NAME)  # before the read: see KnownManifest
         try:
             manifest, state = read_complete(self.rank_dir)
         except NotFoundError as exc:
@@ -234,6 +237,8 @@ class EngineSession:
             self._check_archive(manifest, state)
         except ARCHIVE_PROBLEMS as exc:
             return self.fall_back(exc)
+        if identity is not None:
+            self._known = KnownManifest(self.rank_dir / MANIFEST_NAME, identity, manifest)
         logger.info("foundry: rank %d loads the archive %s", self.rank, self.rank_dir)
         return Mode.LOAD
 
@@ -266,6 +271,7 @@ class EngineSession:
         new = Mode.SAVE if self.requested is Mode.AUTO else Mode.OFF
         self.fallback_reason = str(cause)
         self._state = None
+        self._known = None
         if new is Mode.SAVE:
             logger.warning("foundry: rank %d does not use the archive (%s); starting normally and saving a fresh one",
                            self.rank, cause)
@@ -347,7 +353,7 @@ class EngineSession:
         self._wait_images_ahead()
         try:
             restored = graph_io.load_graphs(self.rank_dir, mode=instantiate, threads=threads,
-                                            fingerprint=self.fingerprint, defer=defer)
+                                            fingerprint=self.fingerprint, defer=defer, known=self._known)
         except ARCHIVE_PROBLEMS as exc:
             self.fall_back(exc)
             return None
@@ -364,13 +370,13 @@ class EngineSession:
             return
         self._images_ahead_started = True
         assert self.rank_dir is not None
-        directory, fingerprint = self.rank_dir, self.fingerprint
+        directory, fingerprint, known = self.rank_dir, self.fingerprint, self._known
         payload: Path | None = None  # the manifest's payload file, once load() has read the manifest
 
         def load() -> None:
             nonlocal payload
             # Only the images of an archive made for this machine: the restore checks it again.
-            manifest_path, manifest = graph_io.open_archive(directory, fingerprint=fingerprint)
+            manifest_path, manifest = graph_io.open_archive(directory, fingerprint=fingerprint, known=known)
             payload = manifest_path.parent / manifest["payload"]
             images.load_cuda_modules_and_libraries(directory)
 

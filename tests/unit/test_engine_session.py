@@ -18,6 +18,7 @@ from foundry_core.engine.mode import Mode
 from foundry_core.engine.plugin_manager import get_plugin_manager
 from foundry_core.engine.session import DEFAULT_REGION_SIZE, DEFAULT_SCRATCH_SIZE, EngineSession, fallback_enabled
 from foundry_core.engine.state import STATE_NAME, read_state
+from foundry_core.manifest import MANIFEST_NAME, read_manifest, write_manifest
 from foundry_core.errors import (
     AuditError,
     CudaError,
@@ -157,6 +158,25 @@ def test_a_load_reads_its_manifest_and_state_once(archive, io, monkeypatch):
     assert session.mode is Mode.LOAD  # on the start's critical path: each file parsed once
     assert sorted(reads) == ["engine_state.json", "manifest.json"]
     assert session.recorded_state().kv_cache_bytes == 8 << 30
+    session.begin()
+    assert session.load() == ["restored", "restored"]
+    assert sorted(reads) == ["engine_state.json", "manifest.json"]  # the restore used the checked manifest
+    assert io.known[0].manifest["fingerprint"] == read_manifest(archive / "rank0" / MANIFEST_NAME)["fingerprint"]
+
+
+def test_a_manifest_replaced_after_the_check_is_read_again(archive, io):
+    run_save(archive)
+    session, _ = make(archive)
+    assert session.mode is Mode.LOAD
+    path = archive / "rank0" / MANIFEST_NAME
+    known = session._known
+    assert known is not None and known.current(path) is not None
+    doc = read_manifest(path)
+    doc["graphs"] = doc["graphs"][:1]
+    write_manifest(path, doc)  # as a new SAVE writes it: a new file renamed into place
+    assert known.current(path) is None and known.current(archive / "elsewhere.json") is None
+    session.begin()
+    assert session.load() == ["restored"]  # what the file holds now, not what the check read
 
 
 def test_load_uses_the_archive_region_not_the_configured_one(archive, io):

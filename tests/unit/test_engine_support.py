@@ -148,6 +148,7 @@ class FakeGraphIO:
         self.load_error: Exception | None = None
         self.images_loaded: list[tuple[Path, str]] = []  # (directory, the loading thread's name)
         self.images_error: Exception | None = None
+        self.known: list = []  # the KnownManifest each load_graphs got
 
     def save_graphs(self, directory, graphs, fingerprint=None):
         if self.save_error is not None:
@@ -164,16 +165,17 @@ class FakeGraphIO:
         self.saved.append((d, dict(graphs), dict(fingerprint or {})))
         return SimpleNamespace(graphs=len(graphs), path=d)
 
-    def load_graphs(self, path, mode="eager", threads=4, fingerprint=None, defer=None):
+    def load_graphs(self, path, mode="eager", threads=4, fingerprint=None, defer=None, known=None):
         if self.load_error is not None:
             raise self.load_error
-        manifest = read_manifest(Path(path) / MANIFEST_NAME)
+        self.known.append(known)
+        manifest = (known.current(Path(path) / MANIFEST_NAME) if known else None) or read_manifest(Path(path) / MANIFEST_NAME)
         check_fingerprint(manifest["fingerprint"], {**self.environment, **(fingerprint or {})})
         self.loaded.append((Path(path), mode, dict(fingerprint or {}), defer))
         return ["restored"] * len(manifest["graphs"])
 
-    def open_archive(self, path, check_environment=True, fingerprint=None):
-        manifest = read_manifest(Path(path) / MANIFEST_NAME)
+    def open_archive(self, path, check_environment=True, fingerprint=None, known=None):
+        manifest = (known.current(Path(path) / MANIFEST_NAME) if known else None) or read_manifest(Path(path) / MANIFEST_NAME)
         if check_environment:
             check_fingerprint(manifest["fingerprint"], {**self.environment, **(fingerprint or {})})
         return Path(path) / MANIFEST_NAME, manifest
@@ -253,13 +255,13 @@ class PluginArchiveIO:
         self.saved[d] = {name: tuple(out) for name, (_, out) in graphs.items()}
         return SimpleNamespace(graphs=len(graphs), path=d)
 
-    def load_graphs(self, path, mode="eager", threads=4, fingerprint=None, defer=None):
+    def load_graphs(self, path, mode="eager", threads=4, fingerprint=None, defer=None, known=None):
         d = Path(path)
         check_fingerprint(read_manifest(d / MANIFEST_NAME)["fingerprint"], {**ENVIRONMENT, **(fingerprint or {})})
         self.loaded.append(d)
         return PluginArchive(self.saved[d], self.restored, self.copy)
 
-    def open_archive(self, path, check_environment=True, fingerprint=None):
+    def open_archive(self, path, check_environment=True, fingerprint=None, known=None):
         d = Path(path)
         manifest = read_manifest(d / MANIFEST_NAME)
         if check_environment:

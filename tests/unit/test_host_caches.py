@@ -230,7 +230,7 @@ def test_an_unreadable_list_is_logged_and_nothing_is_carried(tmp_path, caplog):
     assert HostCaches.read(tmp_path / "none", tmp_path / "none" / "rank0") is None  # none carried: silent
 
 
-@pytest.mark.parametrize("path", ["../x", "/etc/passwd", "a//b", "a/./b", "a\\b", ""])
+@pytest.mark.parametrize("path", ["../x", "/etc/passwd", "a//b", "a/./b", "a\\b", "", ".", "a/", "a\0b"])
 def test_a_list_naming_a_path_outside_the_archive_is_refused(tmp_path, path):
     data = {"format": "foundry-host-caches", "version": 1, "caches": {"c": {path: {"size": 1, "sha256": "0" * 64}}}}
     with pytest.raises(FormatError, match="not a relative path inside the archive"):
