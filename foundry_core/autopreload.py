@@ -149,22 +149,15 @@ def children_take_the_preload(load_entry_points: Callable[[], Sequence[object]] 
     process's ``LD_PRELOAD`` and runs the early starts (see the module). True when one of them
     started what hosts the engine's GPU processes (the preload stays in the environment for them);
     False otherwise, with ``LD_PRELOAD`` as it was. Never raises. Timed as ``early start``."""
-    global early_start_began, early_start_ended
     saved = os.environ.get("LD_PRELOAD")
-    early_start_began, early_start_ended = time.perf_counter(), None
-    hosting = False
-    try:
-        _import_engine_modules()
+
+    def run() -> tuple[int, bool]:
         from foundry_core.preload import preload_environment  # only now: it imports the package
 
         os.environ["LD_PRELOAD"] = preload_environment(dict(os.environ))["LD_PRELOAD"]
-        if wants_early_starts(sys.argv, os.environ):
-            hosting = _run_early_starts(load_entry_points)[1]
-    except Exception:  # noqa: BLE001 - the restart that follows fails the same way and says why
-        hosting = False
-    finally:
-        early_start_ended = time.perf_counter()
-        _note("early start", early_start_ended - early_start_began - startup_seconds.get(ENGINE_WORK, 0.0))
+        return _run_early_starts(load_entry_points) if wants_early_starts(sys.argv, os.environ) else (0, False)
+
+    _, hosting = _timed_early_starts(run)
     if not hosting:
         if saved is None:
             os.environ.pop("LD_PRELOAD", None)
@@ -173,14 +166,34 @@ def children_take_the_preload(load_entry_points: Callable[[], Sequence[object]] 
     return hosting
 
 
-def _import_engine_modules() -> None:
+def _timed_early_starts(run: Callable[[], tuple[int, bool]]) -> tuple[int, bool]:
+    """``run()`` (the early starts), noted as ``early start`` less the :data:`ENGINE_MODULES`
+    imported first; (0, False) when it raises (reported on stderr)."""
+    global early_start_began, early_start_ended
+    early_start_began, early_start_ended = time.perf_counter(), None
+    engine_s = 0.0
+    try:
+        engine_s = _import_engine_modules()
+        return run()
+    except Exception as exc:  # noqa: BLE001 - never break interpreter start-up
+        sys.stderr.write(f"foundry: early starts skipped ({type(exc).__name__}: {exc})\n")
+        return 0, False
+    finally:
+        early_start_ended = time.perf_counter()
+        _note("early start", early_start_ended - early_start_began - engine_s)
+
+
+def _import_engine_modules() -> float:
     """Imports :data:`ENGINE_MODULES` that this process has not imported yet, noting their time
-    as ``engine imports`` (the engine's own work, done earlier: not in the critical-path total)."""
+    as ``engine imports`` (the engine's own work, done earlier: not in the critical-path total);
+    returns it."""
+    began = time.perf_counter()
     for name in ENGINE_MODULES:
         if name not in sys.modules:
-            began = time.perf_counter()
             __import__(name)
-            _note(ENGINE_WORK, time.perf_counter() - began)
+    seconds = time.perf_counter() - began
+    _note(ENGINE_WORK, seconds)
+    return seconds
 
 
 def _say(reason: str) -> None:
@@ -256,23 +269,13 @@ def run_early_starts(load_entry_points: Callable[[], Sequence[object]] | None = 
     how many ran and whether one of them returned True (it started what hosts the engine's GPU
     processes). Never raises: a failing one is reported on stderr and start-up goes on. Their
     time (finding them included) is noted as ``early start``."""
-    global early_start_began, early_start_ended
     try:
         if not wants_early_starts(sys.argv, os.environ):
             return 0, False
     except Exception as exc:  # noqa: BLE001 - never break interpreter start-up
         sys.stderr.write(f"foundry: early starts skipped ({type(exc).__name__}: {exc})\n")
         return 0, False
-    early_start_began, early_start_ended = time.perf_counter(), None
-    try:
-        _import_engine_modules()
-        return _run_early_starts(load_entry_points)
-    except Exception as exc:  # noqa: BLE001 - never break interpreter start-up
-        sys.stderr.write(f"foundry: early starts skipped ({type(exc).__name__}: {exc})\n")
-        return 0, False
-    finally:
-        early_start_ended = time.perf_counter()
-        _note("early start", early_start_ended - early_start_began - startup_seconds.get(ENGINE_WORK, 0.0))
+    return _timed_early_starts(lambda: _run_early_starts(load_entry_points))
 
 
 def _run_early_starts(load_entry_points: Callable[[], Sequence[object]] | None) -> tuple[int, bool]:

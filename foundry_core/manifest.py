@@ -53,7 +53,7 @@ def _check_tensor(t: Any, where: str) -> None:
 
 
 _DTYPE_SET = frozenset(DTYPES)
-_OUTPUT_COUNTS = {"none": 0, "tensor": 1, "list": None, "tuple": None}
+_OUTPUT_COUNTS = {"none": 0, "tensor": 1, "list": None, "tuple": None}  # output kind -> tensors (None: any)
 
 
 def _tensor_ok(t: Any) -> bool:
@@ -107,10 +107,10 @@ def validate(manifest: Any, source: str = MANIFEST_NAME) -> dict:
         _require(g, "name", str, where)
         outputs = _require(g, "outputs", dict, where)
         kind = _require(outputs, "kind", str, where)
-        if kind not in ("none", "tensor", "list", "tuple"):
+        if kind not in _OUTPUT_COUNTS:
             raise FormatError(f"{where}: unknown output kind {kind!r}")
         tensors = _require(outputs, "tensors", list, where)
-        expected = {"none": 0, "tensor": 1}.get(kind)
+        expected = _OUTPUT_COUNTS[kind]
         if expected is not None and len(tensors) != expected:
             raise FormatError(f"{where}: outputs of kind {kind!r} must hold {expected} tensor(s), not {len(tensors)}")
         for t in tensors:
