@@ -216,10 +216,11 @@ def _asking_for_foundry(monkeypatch, ld_preload=None):
     monkeypatch.setattr(sys, "argv", ["m.py", "--foundry-archive", "/a"])
     for name in ("FOUNDRY_MODE", "FOUNDRY_EARLY_START", "FOUNDRY_AUTOPRELOAD_RESTARTED", "FOUNDRY_ARCHIVE"):
         monkeypatch.delenv(name, raising=False)
+    # setenv first, so that what the hook puts in LD_PRELOAD is undone after the test even where
+    # the variable was unset (delenv of an unset variable records nothing to restore).
+    monkeypatch.setenv("LD_PRELOAD", ld_preload or "")
     if ld_preload is None:
-        monkeypatch.delenv("LD_PRELOAD", raising=False)
-    else:
-        monkeypatch.setenv("LD_PRELOAD", ld_preload)
+        monkeypatch.delenv("LD_PRELOAD")
     monkeypatch.setattr("foundry_core.preload.preload_path", lambda: "/opt/foundry/libfoundry.so")
 
 
