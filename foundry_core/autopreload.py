@@ -26,7 +26,7 @@ that returns True has started what hosts the engine's GPU processes: every one o
 child that execs, or is forked from a process that execs, with the preload from the environment,
 and this process, which runs none, is not restarted (an interpreter start saved). One that returns
 anything else must have started nothing: the process restarts, and the restarted one does not run
-them again. A process that already runs under the preload (``foundry run -- CMD``) runs them at
+them again (``FOUNDRY_EARLY_STARTS_RAN`` holds its pid; its children run them). A process that already runs under the preload (``foundry run -- CMD``) runs them at
 start-up. Not in multiprocessing's children, and not with ``FOUNDRY_EARLY_START=0``.
 
 What the hook costs the start is kept for :mod:`foundry_core.engine.critical_path` (which this
@@ -48,6 +48,9 @@ DISABLE_ENV = "FOUNDRY_AUTOPRELOAD"
 EARLY_START_ENV = "FOUNDRY_EARLY_START"
 EARLY_START_GROUP = "foundry.early_start"
 RESTARTED_ENV = "FOUNDRY_AUTOPRELOAD_RESTARTED"
+# The pid whose early starts ran before it restarted itself (an exec keeps the pid): that process
+# does not run them again; its children, other pids, do.
+EARLY_STARTS_RAN_ENV = "FOUNDRY_EARLY_STARTS_RAN"
 RESTART_AT_ENV = "FOUNDRY_RESTART_AT"
 ARCHIVE_FLAG = "--foundry-archive"
 MODE_FLAG = "--foundry-mode"
@@ -118,10 +121,11 @@ def should_restart(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
 
 
 def maybe_reexec(execve: Callable[[str, list[str], dict[str, str]], object] = os.execve,
-                 decided: float | None = None) -> bool:
+                 decided: float | None = None, early_starts_ran: bool = False) -> bool:
     """Replaces this process with the same command under the preload when the module docstring's
     conditions hold; returns False otherwise (and when anything goes wrong: start-up must go on).
-    ``decided``: when the hook began to restart (``time.time()``; default now)."""
+    ``decided``: when the hook began to restart (``time.time()``; default now).
+    ``early_starts_ran``: the early starts ran here (the restarted process skips them)."""
     try:
         if not should_restart(sys.argv, os.environ):
             return False
@@ -135,6 +139,8 @@ def maybe_reexec(execve: Callable[[str, list[str], dict[str, str]], object] = os
         env = preload_environment(dict(os.environ))
         env[RESTARTED_ENV] = "1"
         env[RESTART_AT_ENV] = repr(decided)
+        if early_starts_ran:
+            env[EARLY_STARTS_RAN_ENV] = str(os.getpid())
         sys.stdout.flush()
         sys.stderr.flush()
         execve(command[0], command, env)
@@ -217,7 +223,7 @@ def at_startup() -> None:
         restart = False
     if restart:
         if not children_take_the_preload():
-            maybe_reexec(decided=began)
+            maybe_reexec(decided=began, early_starts_ran=True)
         return
     note_restart()
     run_early_starts()
@@ -257,9 +263,10 @@ def is_multiprocessing_child(argv: Sequence[str]) -> bool:
 
 def wants_early_starts(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
     """Whether this interpreter runs the early starts: Foundry asked for, libfoundry.so in the
-    environment's ``LD_PRELOAD``, not a multiprocessing child, not a restarted process (the first
-    one ran them), not turned off."""
-    if environ.get(EARLY_START_ENV, "").strip().lower() in _FALSE or environ.get(RESTARTED_ENV) == "1":
+    environment's ``LD_PRELOAD``, not a multiprocessing child, not a process that ran them before
+    it restarted itself, not turned off."""
+    if environ.get(EARLY_START_ENV, "").strip().lower() in _FALSE \
+            or environ.get(EARLY_STARTS_RAN_ENV) == str(os.getpid()):
         return False
     return preloaded(environ) and wants_foundry(argv, environ) and not is_multiprocessing_child(argv)
 

@@ -151,14 +151,15 @@ def read_manifest(path: str | os.PathLike) -> dict:
     return validate(parse_json(data, str(path), "manifest"), str(path))
 
 
-def file_identity(path: str | os.PathLike) -> tuple[int, int, int, int] | None:
-    """(device, inode, size, mtime_ns) of ``path``, or None when it cannot be had. An archive's
-    files are replaced by renaming a new directory into place, which changes the inode."""
+def file_identity(path: str | os.PathLike) -> tuple[int, ...] | None:
+    """(device, inode, size, mtime_ns, ctime_ns) of ``path`` itself (a symbolic link is not
+    followed: reads refuse one), or None when it cannot be had. An archive's files are replaced
+    by renaming a new directory into place, which changes the inode."""
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except OSError:
         return None
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ class KnownManifest:
     and checks for a few thousand graphs)."""
 
     path: Path
-    identity: tuple[int, int, int, int]
+    identity: tuple[int, ...]
     manifest: dict
 
     def current(self, path: str | os.PathLike) -> dict | None:

@@ -1,12 +1,11 @@
 #include "intercept/table.h"
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 
 #include "intercept/handlers.h"
 
@@ -68,42 +67,43 @@ int64_t counter(int index) {
 
 namespace {
 
-// The LD_PRELOAD this process was exec'ed with, which is what the dynamic loader preloaded. The
-// live environment may say otherwise: a process that leaves the preload to its children puts the
-// library in its own LD_PRELOAD for them (foundry-core's start-up hook), and a program may drop
-// the variable once started. /proc/self/environ keeps the exec-time block; getenv is the
-// fallback where it cannot be read.
-std::string exec_time_preload() {
-  std::FILE* f = std::fopen("/proc/self/environ", "rb");
-  if (f == nullptr) {
-    const char* live = std::getenv("LD_PRELOAD");
-    return live ? live : "";
-  }
-  std::string block;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) block.append(buf, n);
-  std::fclose(f);
-  static const char kKey[] = "LD_PRELOAD=";
-  const size_t key_len = sizeof kKey - 1;
-  for (size_t pos = 0; pos < block.size();) {
-    size_t end = block.find('\0', pos);
-    if (end == std::string::npos) end = block.size();
-    if (block.compare(pos, key_len, kKey) == 0) return block.substr(pos + key_len, end - pos - key_len);
-    pos = end + 1;
-  }
-  return "";
+struct LoadOrder {
+  const char* self;  // this library's path, as the dynamic loader names it
+  int index = 0;
+  int self_index = -1;
+  int libc_index = -1;
+};
+
+int note_object(struct dl_phdr_info* info, size_t, void* data) {
+  auto* order = static_cast<LoadOrder*>(data);
+  const char* name = info->dlpi_name ? info->dlpi_name : "";
+  const char* base = std::strrchr(name, '/');
+  base = base ? base + 1 : name;
+  if (order->self_index < 0 && std::strcmp(name, order->self) == 0) order->self_index = order->index;
+  if (order->libc_index < 0 && std::strncmp(base, "libc.so", 7) == 0) order->libc_index = order->index;
+  ++order->index;
+  return 0;
 }
 
 }  // namespace
 
+// Preloaded means loaded by the dynamic loader at exec, ahead of the program's own libraries: the
+// loader maps LD_PRELOAD's objects before the executable's dependencies, so this library comes
+// before libc in the load order; one dlopen'ed later comes after it. Neither the live LD_PRELOAD
+// (a process may set it for its children only, as foundry-core's start-up hook does) nor
+// /proc/self/environ (setproctitle, which vLLM's processes call, writes over it) can tell.
 bool preload_active() {
   static const bool active = [] {
-    const std::string preload = exec_time_preload();
     Dl_info self{};
-    if (preload.empty() || dladdr(reinterpret_cast<void*>(&preload_active), &self) == 0 || !self.dli_fname) return false;
+    if (dladdr(reinterpret_cast<void*>(&preload_active), &self) == 0 || !self.dli_fname) return false;
+    LoadOrder order{self.dli_fname};
+    dl_iterate_phdr(note_object, &order);
+    if (order.self_index >= 0 && order.libc_index >= 0) return order.self_index < order.libc_index;
+    // A program without libc.so in its load order (statically linked): the environment decides.
+    const char* preload = std::getenv("LD_PRELOAD");
     const char* base = std::strrchr(self.dli_fname, '/');
     base = base ? base + 1 : self.dli_fname;
-    return preload.find(base) != std::string::npos;
+    return preload != nullptr && std::strstr(preload, base) != nullptr;
   }();
   return active;
 }

@@ -133,6 +133,19 @@ def start():
 """
 
 
+def _probe_plugin(tmp_path: Path, hosts: bool) -> tuple[dict[str, str], Path]:
+    """A site directory with a plugin whose early start logs each call (to the returned file) and
+    returns ``hosts``; the environment that puts it on the path, without Foundry's variables."""
+    site = tmp_path / "site"
+    (site / "probe_plugin-0.dist-info").mkdir(parents=True)
+    (site / "probe_plugin-0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: probe-plugin\nVersion: 0\n")
+    (site / "probe_plugin-0.dist-info" / "entry_points.txt").write_text("[foundry.early_start]\nprobe = probe_plugin:start\n")
+    (site / "probe_plugin.py").write_text(HOSTING_PLUGIN)
+    log = tmp_path / "early.jsonl"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("FOUNDRY_") and k != "LD_PRELOAD"}
+    return {**base, "PYTHONPATH": str(site), "PROBE_LOG": str(log), "PROBE_HOSTS": "1" if hosts else "0"}, log
+
+
 @pytest.mark.skipif(importlib.util.find_spec("_foundry_autopreload") is None,
                     reason="the start-up hook is installed by `pip install -e .` (foundry-autopreload.pth); "
                            "this interpreter's site-packages has none")
@@ -141,17 +154,10 @@ def test_installed_hook_restarts_only_when_no_early_start_hosts_the_gpu_processe
     """A real interpreter with a plugin's early start on its path: one that hosts the GPU
     processes leaves the process unrestarted, with the preload in its environment for them; one
     that does not is run once, before the restart."""
-    site = tmp_path / "site"
-    (site / "probe_plugin-0.dist-info").mkdir(parents=True)
-    (site / "probe_plugin-0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: probe-plugin\nVersion: 0\n")
-    (site / "probe_plugin-0.dist-info" / "entry_points.txt").write_text("[foundry.early_start]\nprobe = probe_plugin:start\n")
-    (site / "probe_plugin.py").write_text(HOSTING_PLUGIN)
+    env, log = _probe_plugin(tmp_path, hosts)
     script = tmp_path / "probe.py"
     script.write_text(PROBE.replace('"active": preload_active()',
                                     '"active": preload_active(), "ld_preload": os.environ.get("LD_PRELOAD", "")'))
-    log = tmp_path / "early.jsonl"
-    base = {k: v for k, v in os.environ.items() if not k.startswith("FOUNDRY_") and k != "LD_PRELOAD"}
-    env = {**base, "PYTHONPATH": str(site), "PROBE_LOG": str(log), "PROBE_HOSTS": "1" if hosts else "0"}
     out = subprocess.run([sys.executable, str(script), "--foundry-archive", "/tmp/none"], env=env,
                          capture_output=True, text=True, timeout=120, check=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
@@ -161,6 +167,25 @@ def test_installed_hook_restarts_only_when_no_early_start_hosts_the_gpu_processe
     assert (result["restarted"] == "1") is not hosts
     assert result["active"] is not hosts  # the hosting process itself runs without the preload
     assert "libfoundry.so" in result["ld_preload"]  # its children exec with it either way
+
+
+@pytest.mark.skipif(importlib.util.find_spec("_foundry_autopreload") is None,
+                    reason="the start-up hook is installed by `pip install -e .` (foundry-autopreload.pth); "
+                           "this interpreter's site-packages has none")
+def test_the_children_of_a_restarted_process_run_their_early_starts(tmp_path):
+    """``foundry run -- vllm serve ... --foundry-archive DIR``: the launcher, asking for Foundry
+    too, is restarted; the server it starts is another process and runs its early starts."""
+    env, log = _probe_plugin(tmp_path, hosts=False)
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text("import subprocess, sys\n"
+                        "subprocess.run([sys.executable, '-c', 'pass', '--foundry-archive', '/tmp/none'], check=True)\n"
+                        "subprocess.run([sys.executable, sys.argv[1], '--foundry-archive', '/tmp/none'], check=True)\n")
+    server = tmp_path / "server.py"
+    server.write_text("")
+    subprocess.run([sys.executable, str(launcher), str(server), "--foundry-archive", "/tmp/none"], env=env,
+                   capture_output=True, text=True, timeout=120, check=True)
+    pids = [json.loads(line)["pid"] for line in log.read_text().splitlines()]
+    assert len(pids) == 2 and pids[0] != pids[1]  # the launcher once (before its restart), the server once
 
 
 # ---- early starts: the plugins' start-up work ------------------
@@ -243,16 +268,17 @@ def test_early_starts_that_host_nothing_leave_the_environment_to_the_restart(mon
     calls = []
     assert not ap.children_take_the_preload(lambda: [_EntryPoint("p", lambda: calls.append(1) or answer)])
     assert calls == [1] and "LD_PRELOAD" not in os.environ
-    # The restarted process does not run them again.
-    assert not ap.wants_early_starts(sys.argv, {"LD_PRELOAD": "/opt/foundry/libfoundry.so",
-                                                "FOUNDRY_AUTOPRELOAD_RESTARTED": "1"})
+    # The restarted process (the same pid) does not run them again; its children do.
+    restarted = {"LD_PRELOAD": "/opt/foundry/libfoundry.so", "FOUNDRY_AUTOPRELOAD_RESTARTED": "1"}
+    assert not ap.wants_early_starts(sys.argv, {**restarted, ap.EARLY_STARTS_RAN_ENV: str(os.getpid())})
+    assert ap.wants_early_starts(sys.argv, {**restarted, ap.EARLY_STARTS_RAN_ENV: str(os.getpid() + 1)})
 
 
 def test_at_startup_restarts_only_when_no_early_start_hosts(monkeypatch):
     _asking_for_foundry(monkeypatch)
     hosted, restarts = [], []
     monkeypatch.setattr(ap, "children_take_the_preload", lambda: bool(hosted))
-    monkeypatch.setattr(ap, "maybe_reexec", lambda decided=None: restarts.append(decided))
+    monkeypatch.setattr(ap, "maybe_reexec", lambda decided=None, early_starts_ran=False: restarts.append(decided))
     ap.at_startup()
     assert len(restarts) == 1 and abs(restarts[0] - time.time()) < 60  # the restart is timed from the hook
     hosted.append(True)

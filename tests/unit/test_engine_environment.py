@@ -169,16 +169,21 @@ import ctypes, json, os, sys
 from foundry_core import _library
 if sys.argv[1] == "set":
     os.environ["LD_PRELOAD"] = str(_library.library_path())  # for children only
-else:
+elif sys.argv[1] == "drop":
     os.environ.pop("LD_PRELOAD", None)  # dropped after the exec
+else:  # what setproctitle does: the exec-time environment block (/proc/self/environ) written over
+    fields = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+    start, end = int(fields[-3]), int(fields[-2])  # env_start, env_end (proc(5))
+    ctypes.memset(start, 0, end - start)
 print(json.dumps(bool(_library.load().foundry_preload_active())))
 """
 
 
-@pytest.mark.parametrize("preloaded, live", [(False, "set"), (True, "drop")])
-def test_the_native_answer_is_the_exec_time_preload_not_the_live_environment(tmp_path, preloaded, live):
+@pytest.mark.parametrize("preloaded, live", [(False, "set"), (True, "drop"), (True, "overwritten")])
+def test_the_native_answer_is_the_exec_time_preload_not_the_environment(tmp_path, preloaded, live):
     """A process that puts libfoundry.so in its own LD_PRELOAD (for its children) is not
-    preloaded; one exec'ed with it stays preloaded when it drops the variable."""
+    preloaded; one exec'ed with it stays preloaded when it drops the variable, or when its
+    exec-time environment block is written over (setproctitle, which vLLM's processes call)."""
     from foundry_core import _library
 
     try:

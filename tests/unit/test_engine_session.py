@@ -179,6 +179,19 @@ def test_a_manifest_replaced_after_the_check_is_read_again(archive, io):
     assert session.load() == ["restored"]  # what the file holds now, not what the check read
 
 
+def test_a_manifest_swapped_for_a_link_to_itself_is_read_again(archive, io):
+    """The check read a plain file; a symbolic link put in its place (even to the same file) is
+    not that file: the restore reads the manifest again (and read_manifest refuses a link)."""
+    run_save(archive)
+    session, _ = make(archive)
+    path = archive / "rank0" / MANIFEST_NAME
+    known = session._known
+    kept = path.with_name("kept.json")
+    path.rename(kept)
+    path.symlink_to(kept.name)
+    assert known.current(path) is None
+
+
 def test_load_uses_the_archive_region_not_the_configured_one(archive, io):
     run_save(archive)
     runtime = FakeRuntime()

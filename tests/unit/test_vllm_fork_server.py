@@ -54,6 +54,17 @@ def test_switched_off_or_with_the_engine_in_the_api_server_nothing_starts(monkey
     assert fs.start_early() is False
 
 
+@pytest.mark.parametrize("value, argv, expected", [
+    (None, [], True), ("1", [], True), ("0", [], False), ("00", [], False), ("2", [], True),
+    (None, ["serve", "m", "--distributed-executor-backend", "external_launcher"], False),
+    (None, ["serve", "m", "--distributed-executor-backend=external_launcher"], False),
+    (None, ["serve", "m", "--distributed-executor-backend", "mp"], True),
+])
+def test_the_engine_runs_in_children_as_vllm_decides_it(value, argv, expected):
+    environ = {} if value is None else {fs.INPROC_ENV: value}
+    assert fs.engine_in_children(environ, argv) is expected
+
+
 def test_a_started_fork_server_hosts_the_engine_core(monkeypatch):
     monkeypatch.delenv(fs.SWITCH_ENV, raising=False)
     monkeypatch.delenv(fs.INPROC_ENV, raising=False)

@@ -20,6 +20,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+from foundry_core.autopreload import flag_value
 from foundry_core.engine.fork_server import client
 from foundry_core.engine.options import env_flag
 
@@ -47,11 +48,18 @@ def starts_server(orig_argv: Sequence[str]) -> bool:
     return False
 
 
-def engine_in_children(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether vLLM runs its engine in child processes (``VLLM_ENABLE_V1_MULTIPROCESSING`` is not
-    off): with it off, the API server runs the engine itself and needs the preload, which a
-    restart gives it."""
-    return env_flag(INPROC_ENV, True, environ)
+def engine_in_children(environ: Mapping[str, str] | None = None, argv: Sequence[str] = ()) -> bool:
+    """Whether vLLM runs its engine in child processes: ``VLLM_ENABLE_V1_MULTIPROCESSING`` not
+    off (read as vLLM reads it, ``bool(int(value))``; a value it cannot read counts as on, and vLLM
+    refuses it), and ``argv`` not asking for ``--distributed-executor-backend external_launcher``
+    (vLLM then turns multiprocessing off itself, ``config/parallel.py``). Otherwise the API server
+    runs the engine and needs the preload, which a restart gives it."""
+    env = os.environ if environ is None else environ
+    try:
+        on = bool(int(env.get(INPROC_ENV, "1")))
+    except ValueError:
+        on = True
+    return on and flag_value(argv, "--distributed-executor-backend") != "external_launcher"
 
 
 def start_early() -> bool:
@@ -60,8 +68,9 @@ def start_early() -> bool:
     processes and the switch allows it; returns whether it did (the API server is then not
     restarted under the preload: it runs no GPU work). Never raises: vLLM then spawns, as it does
     without the fork server."""
-    return client.start_early("vLLM", lambda: env_flag(SWITCH_ENV) and engine_in_children()
-                              and starts_server(getattr(sys, "orig_argv", [])), lambda: start(), "vLLM's engine core")
+    argv = getattr(sys, "orig_argv", [])
+    return client.start_early("vLLM", lambda: env_flag(SWITCH_ENV) and engine_in_children(argv=argv)
+                              and starts_server(argv), lambda: start(), "vLLM's engine core")
 
 
 def start(preload: Sequence[str] = (PRELOAD_MODULE,)) -> str:
