@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from foundry_core.engine import options
-from foundry_core.engine.options import env_flag
+from foundry_core.engine.options import env_flag, instantiate_mode as _instantiate_mode
 from foundry_core.errors import UnsupportedError
 
 from vllm_foundry import piecewise, ranks
@@ -42,7 +41,7 @@ INSTANTIATE_THREADS_ENV = "FOUNDRY_VLLM_INSTANTIATE_THREADS"  # default 4
 def instantiate_mode() -> tuple[str, int]:
     """How LOAD instantiates the restored graphs (FOUNDRY_VLLM_INSTANTIATE, ..._THREADS);
     InvalidArgumentError naming the variable for a wrong value."""
-    return options.instantiate_mode(INSTANTIATE_ENV, INSTANTIATE_THREADS_ENV)
+    return _instantiate_mode(INSTANTIATE_ENV, INSTANTIATE_THREADS_ENV)
 
 
 class UnsupportedConfigError(UnsupportedError):
