@@ -31,7 +31,8 @@ Caches whose reader is ninja (FlashInfer's and tvm-ffi's JIT builds, :mod:`found
 are carried with each file's modification time and placed with it, since ninja compares file
 times with its records; a unit of theirs is placed only where the host has none of its files
 (ninja's records must describe the files beside them). Where a cache was on the saving host is
-listed too: a cache whose records name absolute paths is placed only at the same path.
+listed too: a cache whose records name absolute paths is placed only at the same path, unless its
+reader is made to take the files as built (FlashInfer's: :mod:`foundry_core.engine.flashinfer_builds`).
 """
 
 from __future__ import annotations
@@ -82,7 +83,9 @@ class CacheTree:
     marks the files a unit's reader looks for first (placed after the others). ``mtimes``: the
     reader compares file times (ninja), so each file is carried with its modification time and
     placed with it; ``bound_to_root``: the reader's records name absolute paths under ``root``, so
-    LOAD places the files only where ``root`` is the saving host's."""
+    LOAD places the files only where ``root`` is the saving host's, unless ``relocatable``: the
+    reader was made to take them as built at another root too
+    (:mod:`foundry_core.engine.flashinfer_builds`)."""
 
     cache: str
     root: Path
@@ -92,6 +95,7 @@ class CacheTree:
     last: Callable[[str], bool] | None = None
     mtimes: bool = False
     bound_to_root: bool = False
+    relocatable: bool = False
 
 
 @dataclass
@@ -266,9 +270,10 @@ class HostCaches:
     def restore(self, tree: CacheTree) -> Copied:
         """Copies the carried files of ``tree.cache`` that ``tree.root`` lacks into it, by the
         tree's units (:meth:`restore_tree`); none (and a line saying why) when the tree is
-        ``bound_to_root`` and the saving host's root was another: its reader would not use them."""
+        ``bound_to_root`` and the saving host's root was another, unless the tree is ``relocatable``:
+        its reader would not use them."""
         saved = self.roots.get(tree.cache)
-        if tree.bound_to_root and saved is not None and saved != os.path.realpath(tree.root):
+        if tree.bound_to_root and not tree.relocatable and saved is not None and saved != os.path.realpath(tree.root):
             logger.warning("foundry: the archive's %s files are not placed: they were built in %s, this host's %s is "
                            "%s, and their build records name absolute paths (the engine builds them; use the saving "
                            "host's path to have them from the archive)", tree.cache, saved, tree.cache, tree.root)

@@ -9,7 +9,8 @@ SGLang 0.5.17's first start compiles, all at the first forward that needs them:
   :mod:`foundry_core.engine.triton_cache`, which Triton's cache manager tells each key it opens;
 - FlashInfer's JIT modules (the CUDA norm module that ``sgl_kernel``'s rmsnorm hands bf16/fp16 to,
   sampling kernels with ``--sampling-backend flashinfer``, attention kernels with the flashinfer
-  backend), built with nvcc and ninja;
+  backend), built with nvcc and ninja; at another cache path than SAVE's, taken as built by
+  :mod:`foundry_core.engine.flashinfer_builds`;
 - SGLang's own tvm-ffi JIT kernels (``sglang.kernels.jit``: activation, norms, KV-cache stores).
 
 The last two are :mod:`foundry_core.engine.jit_dirs`'s trees (how each loader decides that a cached
@@ -40,7 +41,7 @@ import os
 import time
 from pathlib import Path
 
-from foundry_core.engine import Mode, host_caches, jit_dirs
+from foundry_core.engine import Mode, flashinfer_builds, host_caches, jit_dirs
 from foundry_core.engine.cache_carry import CacheCarry, CachesAhead, carry_in
 from foundry_core.engine.host_caches import HostCaches
 
@@ -86,7 +87,9 @@ def begin(rt: runtime.SchedulerRuntime) -> None:
     if carrier is not None:
         rt.triton = carrier
     if source is not None:
-        trees = jit_dirs.trees(mapped=())  # this host's roots (at LOAD nothing is used yet)
+        # This host's roots (at LOAD nothing is used yet); FlashInfer's at another path than
+        # SAVE's is placed if its loader takes the modules as built.
+        trees = [flashinfer_builds.relocate(tree, source) for tree in jit_dirs.trees(mapped=())]
         _ahead = CachesAhead(source, trees, logger, setup_s=time.perf_counter() - start, triton=carrier).start()
 
 
