@@ -675,3 +675,19 @@ def test_the_driver_probe_asks_the_mapped_driver_and_keeps_its_function(tmp_path
     kept = probe._device_count
     probe()
     assert probe._device_count is kept  # looked up once, after the driver was mapped
+
+
+SCHEDULER_SEAMS = ("sglang_foundry.worker_patches", "sglang_foundry.capture_patches", "sglang_foundry.prefill_patches")
+
+
+def test_the_main_process_imports_no_scheduler_seams_and_the_fork_server_imports_them_all():
+    # The plugin's import in SGLang's main process is on the start's critical path; the scheduler's
+    # seams are imported where a scheduler is: in the fork server before the fork (or a spawned one).
+    probe = ("import sys, sglang_foundry.register, sglang_foundry.activation as a; a._install_seams_here(); "
+             f"print([m for m in {SCHEDULER_SEAMS!r} + ('sglang_foundry.runtime',) if m in sys.modules])")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FOUNDRY_")}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.strip() == "[]", done.stderr
+    from sglang_foundry import fork_server_preload
+
+    assert set(SCHEDULER_SEAMS) <= set(fork_server_preload.MODULES)

@@ -18,7 +18,7 @@ from foundry_core.engine import Settings, prepare_child_environment
 from foundry_core.engine.environment import plugin_child_environment
 from foundry_core.engine.registration import PluginRegistration
 
-from sglang_foundry import capture_patches, fork_patches, modes, prefill_patches, worker_patches
+from sglang_foundry import modes
 
 logger = logging.getLogger("foundry.sglang")
 
@@ -56,11 +56,17 @@ def activate(settings: Settings) -> None:
 
 
 def _install_seams_here() -> None:
+    # Each process imports only its own seams: the main process, on the start's critical path, is
+    # spared the scheduler's (the fork server imports those before it forks a scheduler).
     if hosts_scheduler():
+        from sglang_foundry import capture_patches, prefill_patches, worker_patches
+
         worker_patches.install()
         capture_patches.install()
         prefill_patches.install()
     elif multiprocessing.parent_process() is None:
+        from sglang_foundry import fork_patches
+
         fork_patches.install()  # the main process: its children forked from the fork server
 
 

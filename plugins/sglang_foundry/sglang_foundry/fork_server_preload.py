@@ -7,9 +7,10 @@ from __future__ import annotations
 from foundry_core.engine.fork_server import preload
 
 # What a scheduler and a detokenizer import before they do anything: their spawn targets' modules,
-# and this plugin's entry point with the seams it installs, which the scheduler's load_plugins()
-# would import (0.12-0.20 s on the H200) after the fork.
-MODULES = ("sglang.srt.managers.scheduler", "sglang.srt.managers.detokenizer_manager", "sglang_foundry.register")
+# and this plugin's entry point with the seams a scheduler installs, which its load_plugins() would
+# import (0.12-0.20 s on the H200) after the fork.
+MODULES = ("sglang.srt.managers.scheduler", "sglang.srt.managers.detokenizer_manager", "sglang_foundry.register",
+           "sglang_foundry.worker_patches", "sglang_foundry.capture_patches", "sglang_foundry.prefill_patches")
 
 if preload.in_fork_server():
     preload.run(MODULES)
