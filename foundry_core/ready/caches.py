@@ -139,3 +139,45 @@ def holds_files(path: Path) -> bool:
         if files:
             return True
     return False
+
+
+TOP_ENTRIES = 20
+
+
+def inventory(env: Mapping[str, str | None]) -> dict[str, dict]:
+    """What each cache variable's directory in ``env`` holds, by variable: ``files`` and ``bytes``
+    (plain files anywhere below it), ``top`` (up to :data:`TOP_ENTRIES` names directly in it, sorted).
+
+    After a cold start that is what Foundry placed from the archive plus what the start compiled,
+    the only trace of why it took longer once its directories are emptied or removed. Each
+    directory is walked on its own, so one inside another counts in both. Links are listed in
+    ``top`` but neither followed nor counted (what they point at is held elsewhere). What cannot be
+    read is skipped and counted as ``unreadable``; a directory that is not there is ``missing``."""
+    return {var.name: _walk(value) for var in CACHE_VARIABLES if (value := env.get(var.name))}
+
+
+def _walk(root: str) -> dict:
+    listing: dict = {"files": 0, "bytes": 0, "top": []}
+    try:
+        with os.scandir(root) as it:
+            pending = list(it)
+    except FileNotFoundError:
+        return {**listing, "missing": True}
+    except OSError:
+        return {**listing, "unreadable": 1}
+    listing["top"] = sorted(entry.name for entry in pending)[:TOP_ENTRIES]
+    unreadable = 0
+    while pending:
+        entry = pending.pop()
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                with os.scandir(entry.path) as it:
+                    pending.extend(it)
+            elif entry.is_file(follow_symlinks=False):
+                listing["files"] += 1
+                listing["bytes"] += entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            unreadable += 1
+    if unreadable:
+        listing["unreadable"] = unreadable
+    return listing

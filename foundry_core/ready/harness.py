@@ -26,14 +26,20 @@ logger = logging.getLogger("foundry.ready")
 TAIL_LINES = 200
 PORT_WAIT_S = 30.0
 GPU_WAIT_S = 60.0
+# How long a SAVE start keeps serving after its first completion before it is stopped: SGLang's
+# SAVE goes on carrying the compile caches its first requests used (once nothing new has appeared
+# for 2 s: FOUNDRY_SGLANG_CACHE_WATCH), and a LOAD on empty caches needs those too. Not counted in
+# any phase.
+SAVE_SETTLE_S = 5.0
 
 
 @dataclass(frozen=True)
 class Options:
-    """A run: ``keep_logs`` is "all" or "tail" (the lines that marked something and the last
-    :data:`TAIL_LINES`); ``warm_up`` is "auto" (when the engine's caches are empty), "always" or
-    "never"; archives and cold caches go to a fresh directory made inside ``work`` (default: the
-    system's temporary directory), removed at the end unless ``keep_work``."""
+    """A run: ``keep_logs`` is "all" or "tail" (the lines that marked something, those
+    :func:`logparse.always_kept` keeps, and the last :data:`TAIL_LINES`); ``warm_up`` is "auto"
+    (when the engine's caches are empty), "always" or "never"; archives and cold caches go to a
+    fresh directory made inside ``work`` (default: the system's temporary directory), removed at
+    the end unless ``keep_work``."""
 
     spec: kinds.ServerSpec
     kinds: tuple[str, ...]
@@ -140,6 +146,9 @@ class Run:
         record.update(command=plan.argv, env=plan.env, archive=str(archive) if archive else None)
         with _emptied(self._caches(work) if step.kind in kinds.COLD_KINDS else None):
             self._run(plan, record)
+            if step.kind in kinds.COLD_KINDS:
+                # The server has stopped; its cache directories are emptied or removed next.
+                record["caches_after"] = caches.inventory(plan.env)
         if step.kind == "save" and record["ok"] and archive is not None and archive.is_dir():
             if self.archive is not None and self.archive != archive:
                 shutil.rmtree(self.archive, ignore_errors=True)  # only the latest SAVE's is used
@@ -176,6 +185,9 @@ class Run:
             record["phases"]["first_completion"] = round(proc.elapsed(), 3)
             record["completion_text"] = client.completion_text(answer)[:200]
             record["ok"] = True
+            if record["kind"] == "save" and proc.alive():
+                time.sleep(SAVE_SETTLE_S)
+                record["settled_s"] = SAVE_SETTLE_S
         except client.StartFailed as exc:
             record["error"] = f"{exc} after {proc.elapsed():.1f} s"
             if not proc.alive():
@@ -222,8 +234,10 @@ def _emptied(caches: Path | None):
 
 
 def _keep_tail(path: Path, lines: list[logparse.StampedLine], matched: set[int]) -> None:
-    """Rewrites the log with only the lines that marked something and the last TAIL_LINES."""
-    keep = sorted(matched | set(range(max(0, len(lines) - TAIL_LINES), len(lines))))
+    """Rewrites the log with only the lines that marked something, those logparse always keeps
+    (Foundry's, warnings, tracebacks) and the last TAIL_LINES."""
+    kept = {i for i, (_, line) in enumerate(lines) if logparse.always_kept(line)}
+    keep = sorted(matched | kept | set(range(max(0, len(lines) - TAIL_LINES), len(lines))))
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(logparse.stamp(*lines[i]) + "\n" for i in keep))
     os.replace(tmp, path)

@@ -44,6 +44,20 @@ def clean(line: str) -> str:
     return _ANSI.sub("", line)
 
 
+# What a trimmed log (``--keep-logs tail``) keeps wherever it comes, beside the lines that marked
+# something: Foundry's own lines (its warnings about cache files it did not place among them),
+# warnings and the start of a traceback, so a slow or failed start can still be explained.
+KEPT_CASELESS = ("foundry",)
+KEPT_EXACT = ("WARNING", "Traceback")
+
+
+def always_kept(line: str) -> bool:
+    """Whether a trimmed log keeps ``line`` wherever it comes (:data:`KEPT_CASELESS`, :data:`KEPT_EXACT`)."""
+    line = clean(line)
+    lowered = line.lower()
+    return any(word in lowered for word in KEPT_CASELESS) or any(word in line for word in KEPT_EXACT)
+
+
 @dataclass
 class LogTimes:
     """What one start's log says: ``phases`` and ``markers`` are seconds from exec of the first

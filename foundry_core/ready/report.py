@@ -1,8 +1,9 @@
 """A run's result file (JSON) and its tables.
 
 The file holds every start (kind, round, command, environment changes, log, raw phase times,
-engine-reported durations, what Foundry did and its seconds on the critical path), the summary
-and the environment facts, so that `foundry ready report` can print and draw it again anywhere.
+engine-reported durations, what Foundry did and its seconds on the critical path, what a cold
+start's caches held after it), the summary and the environment facts, so that `foundry ready
+report` can print and draw it again anywhere.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from rich.table import Table
 
 from foundry_core.ready.engines import PHASE_LABELS, PHASES
-from foundry_core.ready.stats import spread
+from foundry_core.ready.stats import Spread, spread
 
 FORMAT = "foundry-ready"
 VERSION = 1
@@ -128,6 +129,44 @@ def durations_table(result: dict) -> Table | None:
     return table
 
 
+MIB = 2 ** 20
+
+
+def _with_inventory(result: dict, kind: str) -> list[dict]:
+    """The kind's recorded starts that reached ready and list their caches (cold kinds since
+    ``caches_after`` was recorded)."""
+    return [s for s in result["starts"]
+            if s["kind"] == kind and s.get("recorded", True) and s.get("ok") and s.get("caches_after")]
+
+
+def cold_caches_tables(result: dict) -> list[Table]:
+    """Per kind with ``caches_after``, what its caches held after each start (placed from the archive
+    plus compiled by the start): one row per variable that held a file in any start, with median
+    (min-max) files and MiB over the starts; empty for a result from before it was recorded."""
+    tables = []
+    for kind in result["kinds"]:
+        starts = _with_inventory(result, kind)
+        if not starts:
+            continue
+        table = Table(title=f"{kind} caches after the start: median (min-max) of {len(starts)}")
+        table.add_column("variable")
+        table.add_column("files", justify="right")
+        table.add_column("MiB", justify="right")
+        names: list[str] = []
+        for s in starts:
+            names += [n for n in s["caches_after"] if n not in names]
+        for name in names:
+            held = [s["caches_after"].get(name) or {} for s in starts]
+            files = [h.get("files", 0) for h in held]
+            if any(files):
+                mib = [h.get("bytes", 0) / MIB for h in held]
+                table.add_row(name, Spread.of(files).text(0), Spread.of(mib).text(1))
+        if not table.rows:
+            table.caption = "no cache held a file"
+        tables.append(table)
+    return tables
+
+
 def failures(result: dict) -> list[str]:
     """One line per recorded start that did not reach ready or did not do what its kind asks."""
     lines = []
@@ -146,7 +185,7 @@ def failures(result: dict) -> list[str]:
 
 def print_result(result: dict, console) -> None:
     console.print(phases_table(result))
-    for extra in (durations_table(result), critical_table(result)):
+    for extra in (durations_table(result), critical_table(result), *cold_caches_tables(result)):
         if extra is not None:
             console.print(extra)
     for line in failures(result):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from foundry_core import cli
-from foundry_core.ready import engines, harness, kinds, logparse, report, server
+from foundry_core.ready import caches, engines, harness, kinds, logparse, report, server
 
 FAKE_ENGINE = r'''
 import http.server, json, os, signal, subprocess, sys, tempfile, time
@@ -40,6 +40,11 @@ if "--exit-early" in args:
     sys.exit(3)
 for i in range(int(flag("--filler", "0"))):
     print(f"(APIServer pid={pid}) DEBUG filler line {i}")
+    if i == int(flag("--warn-at", "-1")):
+        print(f"(APIServer pid={pid}) WARNING 11-30 10:36:20 [host_caches.py:90] Foundry: 2 files in the "
+              "Triton cache were not placed by it")
+        print("Traceback (most recent call last):")
+        print(f"(APIServer pid={pid}) INFO 11-30 10:36:20 [activation.py:40] vllm_foundry placed 3 cache files")
 time.sleep(delay)
 print(f"(APIServer pid={pid}) INFO 11-30 10:36:34 [api_utils.py:273] non-default args: {{'model': {model!r}}}")
 cache = os.path.join(os.environ.get("VLLM_CACHE_ROOT") or os.path.expanduser("~/.cache/vllm"), "torch_compile_cache")
@@ -138,6 +143,7 @@ def fake(tmp_path, monkeypatch):
     pids.mkdir()
     monkeypatch.setenv("FAKE_PIDS_DIR", str(pids))
     monkeypatch.setattr(harness, "GPU_WAIT_S", 5.0)
+    monkeypatch.setattr(harness, "SAVE_SETTLE_S", 0.05)
     return {"script": script, "pids": pids, "model": tmp_path / "model", "host_cache": host_cache}
 
 
@@ -267,8 +273,8 @@ def test_load_without_a_save_that_reached_ready_is_not_started(fake, tmp_path):
 
 
 def test_keep_logs_tail_keeps_the_marker_lines_and_the_last_lines(fake, tmp_path):
-    spec = kinds.ServerSpec(engines.VLLM, str(fake["model"]), sys.executable, ("--delay", "0.05", "--filler", "600"),
-                            _free_port(), _command(fake))
+    spec = kinds.ServerSpec(engines.VLLM, str(fake["model"]), sys.executable,
+                            ("--delay", "0.05", "--filler", "600", "--warn-at", "300"), _free_port(), _command(fake))
     options = harness.Options(spec, ("base-warm",), 1, tmp_path / "r", keep_logs="tail", warm_up="never")
     result = harness.Run(options).execute()
     (start,) = result["starts"]
@@ -279,6 +285,11 @@ def test_keep_logs_tail_keeps_the_marker_lines_and_the_last_lines(fake, tmp_path
     assert "Automatically detected platform cuda" in text[0]  # the first line marks a phase: kept
     assert any("non-default args" in line for line in text)
     assert "filler line 0" not in " ".join(text)
+    # From the middle of the log, far from its tail: Foundry's lines, its warning and a traceback.
+    assert any("WARNING" in line and "Foundry: 2 files in the Triton cache" in line for line in text)
+    assert "Traceback (most recent call last):" in text
+    assert any("vllm_foundry placed 3 cache files" in line for line in text)
+    assert not any(f"filler line {i}" in line for line in text for i in (299, 301))
     assert "Shutting down" in text[-1]
     assert [t for t, _ in kept] == sorted(t for t, _ in kept)
 
@@ -303,3 +314,82 @@ def test_the_result_file_is_written_after_every_start(fake, tmp_path, monkeypatc
                                                         if run.path.exists() else 0))
     run.execute()
     assert seen == [0, 1]  # the first start's line comes before its record; the second's after the first's
+
+
+@pytest.mark.parametrize("caches_option", ["host", "run"])
+def test_a_cold_start_records_what_its_caches_held_and_a_warm_one_does_not(fake, tmp_path, caches_option):
+    spec = kinds.ServerSpec(engines.VLLM, str(fake["model"]), sys.executable, ("--delay", "0"), _free_port(),
+                            _command(fake))
+    options = harness.Options(spec, ("base-warm", "base-cold"), 1, tmp_path / "r", warm_up="never",
+                              work=tmp_path / "work", caches=caches_option)
+    warm, cold = harness.Run(options).execute()["starts"]
+    assert warm["ok"] and cold["ok"]
+    assert "caches_after" not in warm
+    after = cold["caches_after"]
+    assert list(after) == [var.name for var in caches.CACHE_VARIABLES]
+    # Read before the directories were emptied (run) or removed (host): what the cold start compiled.
+    assert after["VLLM_CACHE_ROOT"] == {"files": 1, "bytes": len("compiled"), "top": ["torch_compile_cache"]}
+    assert all(v["files"] == 0 for name, v in after.items() if name != "VLLM_CACHE_ROOT")
+    assert report.read(tmp_path / "r" / "ready-vllm.json")["starts"][1]["caches_after"] == after
+    assert list((tmp_path / "work").iterdir()) == []
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_inventory_counts_files_and_bytes_below_each_variables_directory(tmp_path):
+    triton = _tree(tmp_path / "home" / "triton", {"abc/kernel.cubin": "x" * 10, "abc/kernel.json": "{}",
+                                                  "def/other.so": "y" * 100})
+    outside = _tree(tmp_path / "outside", {"big.bin": "z" * 1000})
+    (triton / "linked-dir").symlink_to(outside)
+    (triton / "linked-file").symlink_to(outside / "big.bin")
+    env = {"TRITON_CACHE_DIR": str(triton), "HOME": str(tmp_path / "home"),
+           "VLLM_CACHE_ROOT": str(tmp_path / "gone"), "TVM_FFI_CACHE_DIR": None, "PATH": "/usr/bin"}
+    listed = caches.inventory(env)
+    # Links are listed but not followed, nor counted; unset variables and other variables are left out.
+    assert listed["TRITON_CACHE_DIR"] == {"files": 3, "bytes": 112,
+                                          "top": ["abc", "def", "linked-dir", "linked-file"]}
+    # A directory inside another listed one counts in both.
+    assert listed["HOME"] == {"files": 3, "bytes": 112, "top": ["triton"]}
+    assert listed["VLLM_CACHE_ROOT"] == {"files": 0, "bytes": 0, "top": [], "missing": True}
+    assert list(listed) == ["VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "HOME"]  # CACHE_VARIABLES' order
+
+
+def test_inventory_lists_the_first_names_only(tmp_path):
+    root = _tree(tmp_path / "c", {f"f{i:02d}": "" for i in range(caches.TOP_ENTRIES + 5)})
+    listed = caches.inventory({"CUDA_CACHE_PATH": str(root)})["CUDA_CACHE_PATH"]
+    assert listed["files"] == caches.TOP_ENTRIES + 5 and listed["bytes"] == 0
+    assert listed["top"] == [f"f{i:02d}" for i in range(caches.TOP_ENTRIES)]
+
+
+def test_inventory_skips_what_it_cannot_read(tmp_path, monkeypatch):
+    root = _tree(tmp_path / "c", {"ok/a": "aaa", "locked/b": "bbbb"})
+    other = _tree(tmp_path / "d", {"x": "x"})
+    real_scandir = os.scandir
+
+    def scandir(path):
+        if Path(path).name in ("locked", "d"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)  # as root, chmod would not stop the walk
+    listed = caches.inventory({"SGLANG_CACHE_DIR": str(root), "SGLANG_DG_CACHE_DIR": str(other)})
+    assert listed["SGLANG_CACHE_DIR"] == {"files": 1, "bytes": 3, "top": ["locked", "ok"], "unreadable": 1}
+    assert listed["SGLANG_DG_CACHE_DIR"] == {"files": 0, "bytes": 0, "top": [], "unreadable": 1}
+
+
+def test_a_save_start_serves_on_for_a_while_after_its_first_completion(fake, tmp_path, monkeypatch):
+    # SAVE keeps carrying the compile caches its first requests used; stopped at once, it would not.
+    monkeypatch.setattr(harness, "SAVE_SETTLE_S", 0.5)
+    fake["model"].mkdir()
+    spec = kinds.ServerSpec(engines.VLLM, str(fake["model"]), sys.executable, ("--delay", "0"), _free_port(),
+                            _command(fake))
+    base, save = harness.Run(harness.Options(spec, ("base-warm", "save"), 1, tmp_path / "r", warm_up="never",
+                                             work=tmp_path / "work")).execute()["starts"]
+    assert base["ok"] and save["ok"]
+    assert "settled_s" not in base and save["settled_s"] == 0.5
+    assert save["wall_s"] - save["phases"]["first_completion"] >= 0.5

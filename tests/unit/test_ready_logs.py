@@ -189,3 +189,17 @@ def test_of_two_ranks_the_slower_one_counts():
     critical = logparse.parse(engines.SGLANG, lines).critical
     assert critical.total == pytest.approx(0.070)
     assert critical.items == pytest.approx({"archive check": 0.030, "host caches": 0.040})
+
+
+@pytest.mark.parametrize("line, kept", [
+    ("(EngineCore pid=9) WARNING 12-03 11:02:13 [host_caches.py:90] foundry: 2 files in the Triton cache were "
+     "not placed by it", True),
+    ("[2026-12-03 11:02:13] Foundry: placed 3 host cache files from the archive", True),
+    ("(EngineCore pid=9) INFO 12-03 11:02:13 [activation.py:40] vllm_foundry: active", True),
+    ("\x1b[33mWARNING\x1b[0m 12-03 11:02:13 [cuda.py:1] a warning of the engine's own", True),
+    ("Traceback (most recent call last):", True),
+    ("(APIServer pid=4100) DEBUG 12-03 11:02:13 [loader.py:1] loading shard 3 of 4", False),
+    ("(APIServer pid=4100) INFO 12-03 11:02:13 [x.py:1] a warning in lower case is not one", False),
+])
+def test_a_trimmed_log_always_keeps_foundrys_lines_warnings_and_tracebacks(line, kept):
+    assert logparse.always_kept(line) is kept

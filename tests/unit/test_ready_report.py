@@ -205,3 +205,46 @@ def test_without_matplotlib_the_chart_is_skipped_with_a_reason(tmp_path, monkeyp
     with pytest.raises(chart.MatplotlibMissing, match="pip install 'foundry-core\\[bench\\]'"):
         chart.draw(_result(), tmp_path / "c.png")
     assert not (tmp_path / "c.png").exists()
+
+
+# What each cache held after a cold LOAD, by round: {variable: (files, bytes)}.
+COLD_CACHES = {1: {"TRITON_CACHE_DIR": (120, 30 * 2 ** 20), "FLASHINFER_WORKSPACE_BASE": (4, 200 * 2 ** 20)},
+               2: {"TRITON_CACHE_DIR": (100, 20 * 2 ** 20), "FLASHINFER_WORKSPACE_BASE": (4, 201 * 2 ** 20)},
+               3: {"TRITON_CACHE_DIR": (110, 25 * 2 ** 20), "TVM_FFI_CACHE_DIR": (2, 2 ** 20)}}
+
+
+def _cold_result() -> dict:
+    """The recorded result with a LOAD on empty caches each round, its caches listed after it."""
+    result = _result()
+    result["kinds"] = [*KINDS, "load-cold"]
+    for rnd, held in COLD_CACHES.items():
+        start = _start(len(result["starts"]) + 1, ("load-cold", rnd, 21.0, 43.0, 90.0, 95.0, 95.5, 40.0, "restored"))
+        start["caches_after"] = {name: {"files": 0, "bytes": 0, "top": []} for name in
+                                 ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE",
+                                  "TVM_FFI_CACHE_DIR", "HOME")}
+        start["caches_after"].update({name: {"files": f, "bytes": b, "top": ["x"]} for name, (f, b) in held.items()})
+        result["starts"].append(start)
+    result["summary"] = stats.summarise(result["starts"], result["kinds"])
+    return result
+
+
+def test_report_prints_what_each_cache_held_after_a_cold_start(tmp_path):
+    path = tmp_path / "ready-vllm.json"
+    report.write(_cold_result(), path)
+    result = report.read(path)
+    console = Console(width=250, record=True)
+    report.print_result(result, console)
+    text = console.export_text()
+    title = "load-cold caches after the start: median (min-max) of 3"
+    assert text.count("caches after the start") == 1 and title in text  # the warm kinds list none
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in text.split(title)[1].splitlines() if line.startswith("│")}
+    assert rows == {"TRITON_CACHE_DIR": ["110 (100-120)", "25.0 (20.0-30.0)"],
+                    "FLASHINFER_WORKSPACE_BASE": ["4 (0-4)", "200.0 (0.0-201.0)"],
+                    "TVM_FFI_CACHE_DIR": ["0 (0-2)", "0.0 (0.0-1.0)"]}  # a cache that held nothing: no row
+    for table in (report.phases_table(result), report.durations_table(result), report.critical_table(result)):
+        assert _text(table) in text  # the other tables as they were
+
+
+def test_a_result_without_cache_listings_prints_no_cache_table():
+    assert report.cold_caches_tables(_result()) == []
