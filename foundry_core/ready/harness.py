@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from foundry_core.engine import critical_path
-from foundry_core.ready import caches, client, facts, kinds, logparse, report, server, stats
+from foundry_core.ready import caches, client, compilers, facts, kinds, logparse, report, server, stats
 from foundry_core.ready.engines import PHASES, Engine
 
 logger = logging.getLogger("foundry.ready")
@@ -176,6 +176,7 @@ class Run:
         except OSError as exc:
             record["error"] = f"could not start {plan.argv[0]}: {exc}"
             return
+        watch = compilers.CompilerWatch(proc.pgid).start()
         base = f"http://127.0.0.1:{o.spec.port}"
         try:
             client.wait_healthy(base + self.engine.health_path, o.timeout_s, proc.alive, proc.elapsed)
@@ -194,6 +195,7 @@ class Run:
                 record["error"] += f" (exit status {proc.proc.returncode})"
         finally:
             record["stopped_by"] = proc.stop()
+            record["compilers"] = watch.stop()
             record["port_free"] = server.wait_port_free(o.spec.port, PORT_WAIT_S)
             record["gpu_released"] = server.wait_gpu_released(proc.members, GPU_WAIT_S)
         found = logparse.parse(self.engine, proc.lines)

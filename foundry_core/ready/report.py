@@ -9,6 +9,8 @@ report` can print and draw it again anywhere.
 from __future__ import annotations
 
 import json
+import os
+from collections import Counter
 from pathlib import Path
 
 from rich.table import Table
@@ -183,10 +185,27 @@ def failures(result: dict) -> list[str]:
     return lines
 
 
+def compiled(result: dict) -> list[str]:
+    """One line per recorded start that ran compilers (``compilers``: :class:`~foundry_core.ready.compilers.CompilerWatch`), with
+    how many of each: a LOAD is meant to compile nothing, and where another kind compiles tells
+    what a LOAD was spared."""
+    lines = []
+    for s in result["starts"]:
+        commands = s.get("compilers") or []
+        if not s.get("recorded", True) or not commands:
+            continue
+        counts = Counter(os.path.basename(c.split(" ", 1)[0]) for c in commands)
+        shown = ", ".join(f"{name} ({n})" for name, n in counts.most_common())
+        lines.append(f"round {s['round']} {s['kind']} ran {len(commands)} compiler processes: {shown}")
+    return lines
+
+
 def print_result(result: dict, console) -> None:
     console.print(phases_table(result))
     for extra in (durations_table(result), critical_table(result), *cold_caches_tables(result)):
         if extra is not None:
             console.print(extra)
+    for line in compiled(result):
+        console.print(f"[yellow]{line}[/yellow]")
     for line in failures(result):
         console.print(f"[yellow]{line}[/yellow]")

@@ -6,9 +6,11 @@ exercised on the CPU."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -46,6 +48,8 @@ for i in range(int(flag("--filler", "0"))):
         print("Traceback (most recent call last):")
         print(f"(APIServer pid={pid}) INFO 11-30 10:36:20 [activation.py:40] vllm_foundry placed 3 cache files")
 time.sleep(delay)
+if flag("--run-compiler"):  # what a JIT build runs as a child (a copy of sleep, named as a compiler)
+    subprocess.run([flag("--run-compiler"), "0.7"], check=True)
 print(f"(APIServer pid={pid}) INFO 11-30 10:36:34 [api_utils.py:273] non-default args: {{'model': {model!r}}}")
 cache = os.path.join(os.environ.get("VLLM_CACHE_ROOT") or os.path.expanduser("~/.cache/vllm"), "torch_compile_cache")
 state = tempfile.mkdtemp()
@@ -393,3 +397,18 @@ def test_a_save_start_serves_on_for_a_while_after_its_first_completion(fake, tmp
     assert base["ok"] and save["ok"]
     assert "settled_s" not in base and save["settled_s"] == 0.5
     assert save["wall_s"] - save["phases"]["first_completion"] >= 0.5
+
+
+def test_the_compilers_a_start_runs_are_recorded_and_reported(fake, tmp_path):
+    compiler = tmp_path / "bin" / "ptxas"
+    compiler.parent.mkdir()
+    shutil.copy(shutil.which("sleep"), compiler)
+    spec = kinds.ServerSpec(engines.VLLM, str(fake["model"]), sys.executable, ("--delay", "0"), _free_port(),
+                            _command(fake))
+    compiling = dataclasses.replace(spec, extra_args=("--delay", "0", "--run-compiler", str(compiler)))
+    base = harness.Run(harness.Options(spec, ("base-warm",), 1, tmp_path / "a", warm_up="never")).execute()
+    built = harness.Run(harness.Options(compiling, ("base-warm",), 1, tmp_path / "b", warm_up="never")).execute()
+    assert base["starts"][0]["compilers"] == []
+    assert built["starts"][0]["compilers"] == [f"{compiler} 0.7"]
+    assert report.compiled(built) == ["round 1 base-warm ran 1 compiler processes: ptxas (1)"]
+    assert report.compiled(base) == []

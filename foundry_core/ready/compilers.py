@@ -1,0 +1,77 @@
+"""The compilers a start ran: a LOAD on empty caches is meant to answer its first request without
+compiling, and a compiler process is the direct sign that it did not.
+
+What compiles on an engine's first use runs as child processes: nvcc and its stages (cicc, ptxas,
+fatbinary, nvlink, cudafe++) for FlashInfer's and tvm-ffi's JIT modules under ninja, ptxas for
+every Triton kernel (Triton assembles its PTX with it), gcc for Triton's launchers and Inductor's
+C++ wrappers. :class:`CompilerWatch` looks at the server's process group a few times a second and
+keeps each compiler command it sees. A compile inside the process (the CUDA driver's PTX JIT) runs
+no process; a cold start's cache inventory (``caches.inventory``: ``CUDA_CACHE_PATH``) shows that.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+__all__ = ["COMPILERS", "CompilerWatch"]
+
+COMPILERS = frozenset({"nvcc", "cicc", "ptxas", "fatbinary", "nvlink", "cudafe++", "ninja", "cc1", "cc1plus",
+                       "gcc", "g++", "cc", "c++", "clang", "clang++"})
+INTERVAL_S = 0.2  # a compile worth finding takes longer; five looks a second cost the start nothing
+MAX_COMMANDS = 50
+COMMAND_CHARS = 200
+
+
+def _compiler_commands(pgid: int, proc: Path = Path("/proc")) -> dict[int, str]:
+    """pid -> command line of each live compiler process in group ``pgid``."""
+    found: dict[int, str] = {}
+    try:
+        entries = list(proc.iterdir())
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            head, _, rest = (entry / "stat").read_text().rpartition(")")
+            comm = head.partition("(")[2]
+            if comm not in COMPILERS or int(rest.split()[2]) != pgid:
+                continue
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        found[int(entry.name)] = " ".join(a.decode(errors="replace") for a in argv if a)[:COMMAND_CHARS] or comm
+    return found
+
+
+class CompilerWatch:
+    """Compilers run in process group ``pgid`` while the watch runs: :meth:`stop` returns each
+    command seen (one per process, at most :data:`MAX_COMMANDS`, in the order seen)."""
+
+    def __init__(self, pgid: int, interval: float = INTERVAL_S, proc: Path = Path("/proc")) -> None:
+        self.pgid = pgid
+        self.interval = interval
+        self.proc = proc
+        self.seen: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="foundry-ready-compilers", daemon=True)
+
+    def start(self) -> CompilerWatch:
+        if os.path.isdir(self.proc):  # not Linux: nothing to watch
+            self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            for pid, command in _compiler_commands(self.pgid, self.proc).items():
+                if pid not in self.seen and len(self.seen) < MAX_COMMANDS:
+                    self.seen[pid] = command
+            self._stop.wait(self.interval)
+
+    def stop(self) -> list[str]:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        return list(self.seen.values())
