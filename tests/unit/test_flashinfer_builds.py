@@ -74,12 +74,18 @@ def placed_elsewhere(archive: Path, tmp_path: Path, core) -> tuple[Path, HostCac
     return root, source
 
 
-@needs_ninja
-def test_a_module_from_another_cache_path_is_loaded_as_built_without_ninja(roots, tmp_path, caplog):
-    archive = saved_archive(roots, tmp_path)
+@pytest.fixture
+def relocated(roots, tmp_path) -> SimpleNamespace:
+    """A SAVE's module placed on a host whose FlashInfer cache is elsewhere, the loader wrapped."""
     core = fake_flashinfer()
-    root, _ = placed_elsewhere(archive, tmp_path, core)
-    library = root / VERSION_ARCH / "cached_ops" / "norm" / "norm.so"
+    root, source = placed_elsewhere(saved_archive(roots, tmp_path), tmp_path, core)
+    return SimpleNamespace(core=core, root=root, source=source,
+                           library=root / VERSION_ARCH / "cached_ops" / "norm" / "norm.so")
+
+
+@needs_ninja
+def test_a_module_from_another_cache_path_is_loaded_as_built_without_ninja(roots, relocated, caplog):
+    core, root, library = relocated.core, relocated.root, relocated.library
     assert library.read_bytes() == (roots.flashinfer / VERSION_ARCH / "cached_ops" / "norm" / "norm.so").read_bytes()
     with caplog.at_level(logging.INFO, logger="foundry"):
         assert core.JitSpec("norm", root).build_and_load() == "module"
@@ -88,11 +94,9 @@ def test_a_module_from_another_cache_path_is_loaded_as_built_without_ninja(roots
 
 
 @needs_ninja
-def test_a_changed_library_a_newer_source_or_another_module_goes_through_flashinfers_build(roots, tmp_path, caplog):
-    archive = saved_archive(roots, tmp_path)
-    core = fake_flashinfer()
-    root, _ = placed_elsewhere(archive, tmp_path, core)
-    library = root / VERSION_ARCH / "cached_ops" / "norm" / "norm.so"
+def test_a_changed_library_a_newer_source_or_another_module_goes_through_flashinfers_build(relocated, tmp_path,
+                                                                                           caplog):
+    core, root, library = relocated.core, relocated.root, relocated.library
 
     assert core.JitSpec("sampling", root).build_and_load() == "module"  # not carried
     assert core.calls == [("build", "sampling")]
@@ -139,10 +143,8 @@ def test_without_flashinfers_loader_the_modules_stay_unplaced_and_a_warning_says
 
 
 @needs_ninja
-def test_installing_again_replaces_the_builds_without_wrapping_twice(roots, tmp_path):
-    archive = saved_archive(roots, tmp_path)
-    core = fake_flashinfer()
-    root, source = placed_elsewhere(archive, tmp_path, core)
+def test_installing_again_replaces_the_builds_without_wrapping_twice(relocated, tmp_path):
+    core, root = relocated.core, relocated.root
     wrapped = core.JitSpec.build_and_load
     empty = flashinfer_builds.CarriedBuilds(HostCaches(tmp_path / "none", tmp_path / "none" / "rank0"), "/x", root)
     assert flashinfer_builds.install(empty, core) and core.JitSpec.build_and_load is wrapped
