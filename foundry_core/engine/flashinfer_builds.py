@@ -5,23 +5,25 @@ FlashInfer 0.6.15 (``flashinfer/jit/core.py``) loads a JIT module through
 ``JitSpec.build_and_load``, which first runs ninja in the module's build directory. Ninja's
 records there (``build.ninja``, ``.ninja_log``, ``.ninja_deps``) name the module's files by
 absolute path. Placed under another cache root (another ``FLASHINFER_WORKSPACE_BASE`` or home
-directory), they name no file of this host, so ninja rebuilds the module: nvcc, about half a
-minute for the norm module SGLang's one-token prefill uses, at a server's first requests.
+directory), they name no file of this host, so ninja rebuilds the module with nvcc at the first
+request that needs it (SGLang's one-token prefill outside its graphs calls FlashInfer's norm).
 
 So where the root differs, a LOAD places the carried modules anyway and makes FlashInfer load a
-module's library without ninja when two things hold, checked when FlashInfer asks for it, under
-FlashInfer's own lock for the module:
+module's library without ninja when all of this holds, checked when FlashInfer asks for the
+module, under FlashInfer's own lock for it:
 
-- the file at the library's path is the library the archive carries, byte for byte (its size and
-  SHA-256 as the archive lists them): FlashInfer built it from the same sources on the saving host
-  (the path names FlashInfer's version and the GPU architecture, the archive's fingerprint the
-  driver, CUDA and GPU);
-- each source file the carried ``build.ninja`` compiles exists on this host and is not newer than
-  that library (ninja's own test for its inputs; a generated source under the cache is looked for
-  under this host's root).
+- the file at the library's path is the library the archive carries there, byte for byte (its
+  size and SHA-256 as the archive lists them);
+- the ``build.ninja`` FlashInfer writes for the module on this host (as its build does first) is
+  the carried one with the saving host's root replaced by this one's: the same sources, compiler,
+  toolkit path and flags;
+- each source it compiles exists and is not newer than the library (ninja's test for an input).
 
-Any other module, or a library that differs, goes through FlashInfer's own ``build_and_load``.
-Where the roots are the same, nothing here is used: ninja's records are valid and ninja decides.
+Ninja would also rebuild for a header newer than its records; headers are not compared here (the
+path names FlashInfer's version and the GPU architecture, and the archive's fingerprint the
+driver, CUDA and GPU). Any other module, a check that fails or a library that does not load goes
+through FlashInfer's own ``build_and_load``. Where the roots are the same, nothing here is used:
+ninja's records are valid and ninja decides.
 """
 
 from __future__ import annotations
@@ -63,44 +65,47 @@ class CarriedBuilds:
             if len(parts) == 5 and parts[2] == _BUILT and parts[4] == f"{parts[3]}.so":
                 self.libraries[parts[3]] = rel
 
-    def matches(self, name: str, library: Path) -> bool:
-        """Whether ``library`` is module ``name``'s carried library and its sources are not newer
-        (see the module); False, never an error, otherwise."""
+    def matches(self, name: str, library: Path, build_ninja: str) -> bool:
+        """Whether ``library`` is module ``name``'s carried library, at its carried place, and
+        ``build_ninja`` (what FlashInfer writes for it on this host) is the carried one at this
+        root, with no source newer than the library (see the module); False otherwise. Raises
+        nothing but what reading the archive raises (the caller falls back on any error)."""
         rel = self.libraries.get(name)
-        if rel is None:
+        if rel is None or os.path.realpath(library) != os.path.realpath(self.root / rel):
             return False
         entry = self.source.entries[FLASHINFER][rel]
-        try:
-            stat = os.stat(library)
-            if stat.st_size != entry.size or file_digest(library) != entry:
-                return False
-            stale = [src for src in self._sources(rel) if not self._older(src, stat.st_mtime_ns)]
-        except (OSError, ValueError, KeyError) as exc:
-            logger.debug("foundry: FlashInfer's %s is built by FlashInfer (%s)", name, exc)
+        stat = os.stat(library)
+        if stat.st_size != entry.size or file_digest(library) != entry:
             return False
+        if build_ninja != self._carried_build_ninja(rel):
+            logger.info("foundry: FlashInfer's %s module is rebuilt: this host builds it with other commands or "
+                        "sources than the saving host", name)
+            return False
+        stale = [src for src in _compiled_sources(build_ninja) if not _older(Path(src), stat.st_mtime_ns)]
         if stale:
-            logger.info("foundry: FlashInfer's %s module is rebuilt: %s is newer than the archive's build or missing",
-                        name, stale[0])
+            logger.info("foundry: FlashInfer's %s module is rebuilt: %s is missing or newer than the archive's "
+                        "build", name, stale[0])
             return False
         return True
 
-    def _sources(self, library_rel: str) -> list[Path]:
-        """The inputs of the carried ``build.ninja``'s compile edges, at their place on this host."""
+    def _carried_build_ninja(self, library_rel: str) -> str:
+        """The carried ``build.ninja`` of the module, with the saving host's root as this one's."""
         rel = str(PurePosixPath(library_rel).parent / "build.ninja")
         entry = self.source.entries[FLASHINFER][rel]
         with os.fdopen(open_regular(self.source.root / entry.sha256, entry.size), "rb") as f:
             content = f.read()
         if hashlib.sha256(content).hexdigest() != entry.sha256:
             raise ValueError(f"the archive's {rel} is not the listed bytes")
-        return [self._here(src) for src in _compiled_sources(content.decode())]
+        return content.decode().replace(os.path.join(self.saved_root, ""),
+                                        os.path.join(os.path.realpath(self.root), ""))
 
-    def _here(self, path: str) -> Path:
-        saved = os.path.join(self.saved_root, "")
-        return self.root / path[len(saved):] if path.startswith(saved) else Path(path)
 
-    @staticmethod
-    def _older(source: Path, library_mtime_ns: int) -> bool:
+def _older(source: Path, library_mtime_ns: int) -> bool:
+    """Whether ``source`` exists and is not newer than the library (ninja's test for an input)."""
+    try:
         return os.stat(source).st_mtime_ns <= library_mtime_ns
+    except OSError:
+        return False
 
 
 def _compiled_sources(build_ninja: str) -> list[str]:
@@ -140,22 +145,34 @@ def install(builds: CarriedBuilds, core: Any = None) -> bool:
     @functools.wraps(original)
     def build_and_load(self: Any) -> Any:
         try:
-            carried = not self.is_aot and holder[0].libraries.get(self.name) is not None
-        except AttributeError:
-            carried = False
-        if carried:
-            library = Path(self.jit_library_path)
-            with lock(self.lock_path, thread_local=False):
-                if holder[0].matches(self.name, library):
-                    logger.info("foundry: FlashInfer's %s module taken from the archive as built, without ninja "
-                                "(FlashInfer's cache is at %s here, at %s on the saving host)", self.name,
-                                holder[0].root, holder[0].saved_root)
-                    return self.load(library)
+            loaded, module = _load_carried(self, holder[0], lock)
+            if loaded:
+                return module
+        except Exception as exc:  # noqa: BLE001 - FlashInfer's own build decides, as without the archive
+            logger.info("foundry: FlashInfer's %s module is built by FlashInfer (taking the archive's failed: "
+                        "%s: %s)", getattr(self, "name", "?"), type(exc).__name__, exc)
         return original(self)
 
     setattr(build_and_load, _WRAPPED, holder)
     spec.build_and_load = build_and_load
     return True
+
+
+def _load_carried(spec: Any, builds: CarriedBuilds, lock: Any) -> tuple[bool, Any]:
+    """(True, the module) when FlashInfer's ``spec`` is carried and passes the checks, loaded as
+    FlashInfer loads a build: under its lock for the module, after it wrote its ``build.ninja``
+    for this host (as its build does first); (False, None) otherwise."""
+    if spec.is_aot or spec.name not in builds.libraries:
+        return False, None
+    with lock(spec.lock_path, thread_local=False):
+        spec.write_ninja()
+        library = Path(spec.jit_library_path)
+        if not builds.matches(spec.name, library, Path(spec.ninja_path).read_text()):
+            return False, None
+        module = spec.load(library)
+    logger.info("foundry: FlashInfer's %s module taken from the archive as built, without ninja (FlashInfer's cache "
+                "is at %s here, at %s on the saving host)", spec.name, builds.root, builds.saved_root)
+    return True, module
 
 
 def relocate(tree: CacheTree, source: HostCaches, core: Any = None) -> CacheTree:
@@ -168,7 +185,8 @@ def relocate(tree: CacheTree, source: HostCaches, core: Any = None) -> CacheTree
     builds = CarriedBuilds(source, saved, tree.root)
     if not builds.libraries:
         return tree
-    if not install(builds, core):  # the tree stays bound to its root; placing it says why not
-        logger.debug("foundry: FlashInfer's loader is not imported or not the one described in %s", __name__)
+    if not install(builds, core):  # the tree stays bound to its root; placing it says so too
+        logger.info("foundry: FlashInfer's loader is not imported in this process, or is not the one %s knows; "
+                    "the archive's FlashInfer modules stay for its builds at %s", __name__, saved)
         return tree
     return replace(tree, relocatable=True)

@@ -48,13 +48,17 @@ def _compiler_commands(pgid: int, proc: Path = Path("/proc")) -> dict[int, str]:
 
 class CompilerWatch:
     """Compilers run in process group ``pgid`` while the watch runs: :meth:`stop` returns each
-    command seen (one per process, at most :data:`MAX_COMMANDS`, in the order seen)."""
+    command seen (one per process, at most :data:`MAX_COMMANDS`, in the order seen); ``count``
+    is how many processes were seen. A compiler that runs for less than ``interval`` (a small
+    Triton kernel's ptxas) may be missed."""
 
     def __init__(self, pgid: int, interval: float = INTERVAL_S, proc: Path = Path("/proc")) -> None:
         self.pgid = pgid
         self.interval = interval
         self.proc = proc
-        self.seen: dict[int, str] = {}
+        self.seen: dict[int, str] = {}  # the first MAX_COMMANDS processes' commands
+        self.count = 0  # every compiler process seen
+        self._counted: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="foundry-ready-compilers", daemon=True)
 
@@ -66,7 +70,11 @@ class CompilerWatch:
     def _watch(self) -> None:
         while not self._stop.is_set():
             for pid, command in _compiler_commands(self.pgid, self.proc).items():
-                if pid not in self.seen and len(self.seen) < MAX_COMMANDS:
+                if pid in self._counted:
+                    continue
+                self._counted.add(pid)
+                self.count += 1
+                if len(self.seen) < MAX_COMMANDS:
                     self.seen[pid] = command
             self._stop.wait(self.interval)
 

@@ -196,6 +196,7 @@ class Run:
         finally:
             record["stopped_by"] = proc.stop()
             record["compilers"] = watch.stop()
+            record["compiler_processes"] = watch.count
             record["port_free"] = server.wait_port_free(o.spec.port, PORT_WAIT_S)
             record["gpu_released"] = server.wait_gpu_released(proc.members, GPU_WAIT_S)
         found = logparse.parse(self.engine, proc.lines)

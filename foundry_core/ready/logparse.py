@@ -45,9 +45,11 @@ def clean(line: str) -> str:
 
 
 # What a trimmed log (``--keep-logs tail``) keeps wherever it comes, beside the lines that marked
-# something: Foundry's own lines (its warnings about cache files it did not place among them),
-# warnings and the start of a traceback, so a slow or failed start can still be explained.
-KEPT_CASELESS = ("foundry",)
+# something: Foundry's own lines (its messages start "foundry:", its loggers and plugins are named
+# foundry.*, *_foundry; its warnings about cache files it did not place among them), warnings and
+# the start of a traceback, so a slow or failed start can still be explained. Not any path with
+# "foundry" in it: the harness's own work directory is in many of an engine's lines.
+KEPT_CASELESS = ("foundry:", "[foundry", "_foundry")
 KEPT_EXACT = ("WARNING", "Traceback")
 
 

@@ -135,10 +135,10 @@ MIB = 2 ** 20
 
 
 def _with_inventory(result: dict, kind: str) -> list[dict]:
-    """The kind's recorded starts that reached ready and list their caches (cold kinds since
-    ``caches_after`` was recorded)."""
+    """The kind's recorded starts that list their caches (cold kinds since ``caches_after`` was
+    recorded), those that did not reach ready too: the slowest start is the one to explain."""
     return [s for s in result["starts"]
-            if s["kind"] == kind and s.get("recorded", True) and s.get("ok") and s.get("caches_after")]
+            if s["kind"] == kind and s.get("recorded", True) and s.get("caches_after")]
 
 
 def cold_caches_tables(result: dict) -> list[Table]:
@@ -196,7 +196,10 @@ def compiled(result: dict) -> list[str]:
             continue
         counts = Counter(os.path.basename(c.split(" ", 1)[0]) for c in commands)
         shown = ", ".join(f"{name} ({n})" for name, n in counts.most_common())
-        lines.append(f"round {s['round']} {s['kind']} ran {len(commands)} compiler processes: {shown}")
+        total = max(s.get("compiler_processes") or 0, len(commands))
+        among = "" if total == len(commands) else f" (the first {len(commands)}: {shown})"
+        lines.append(f"round {s['round']} {s['kind']} ran {total} compiler processes"
+                     + (among or f": {shown}"))
     return lines
 
 

@@ -200,6 +200,8 @@ def test_of_two_ranks_the_slower_one_counts():
     ("Traceback (most recent call last):", True),
     ("(APIServer pid=4100) DEBUG 12-03 11:02:13 [loader.py:1] loading shard 3 of 4", False),
     ("(APIServer pid=4100) INFO 12-03 11:02:13 [x.py:1] a warning in lower case is not one", False),
+    ("INFO 12-03 11:02:13 [foundry.sglang] restored 3 graphs", True),
+    ("[2026-12-03] compiling into /tmp/foundry-ready-x1/starts/03/caches/triton/ab12", False),
 ])
 def test_a_trimmed_log_always_keeps_foundrys_lines_warnings_and_tracebacks(line, kept):
     assert logparse.always_kept(line) is kept
