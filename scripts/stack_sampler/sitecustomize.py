@@ -5,7 +5,8 @@ PYTHONPATH and FOUNDRY_STACK_SAMPLES=DIR set: ten times a second, one line per s
 For finding where a start spends seconds that no log line accounts for. Forked children start
 their own sampler (threads do not survive fork). A sample is taken when the sampling thread gets
 the GIL, so a long C call that holds it shows as a gap in the times, followed by its stack.
-Summarise with `python scripts/stack_sampler/summarize.py DIR`.
+Summarise with `python scripts/stack_sampler/summarize.py DIR`. A fork server samples nothing
+itself (a thread would make it unsafe to fork from); the children forked from it do.
 """
 
 import os
@@ -50,5 +51,8 @@ def _start() -> None:
 
 if _DIR:
     os.makedirs(_DIR, exist_ok=True)
-    _start()
+    # A fork server (foundry_core.engine.fork_server) is only forked from while it runs one thread:
+    # there only its children sample, or the engine would spawn them instead.
+    if not os.environ.get("FOUNDRY_FORK_SERVER_STATUS"):
+        _start()
     os.register_at_fork(after_in_child=_start)

@@ -33,3 +33,23 @@ def test_a_frame_never_entered_gives_no_profile(tmp_path):
     path = tmp_path / "stacks-7.txt"
     path.write_text(_SAMPLES)
     assert summary.profile(path, 1, "capture", 5) == []
+
+
+def test_a_fork_server_samples_nothing_itself_and_its_forked_children_do(tmp_path):
+    # A thread in the fork server makes it unsafe to fork from (the engine would spawn instead).
+    import os
+    import subprocess
+    import sys
+
+    probe = ("import os, threading, time\n"
+             "print(threading.active_count(), flush=True)\n"
+             "pid = os.fork()\n"
+             "if pid == 0:\n"
+             "    time.sleep(0.3); os._exit(0)\n"
+             "os.waitpid(pid, 0); print(pid)\n")
+    env = dict(os.environ, PYTHONPATH=str(_PATH.parent), FOUNDRY_STACK_SAMPLES=str(tmp_path / "s"),
+               FOUNDRY_STACK_INTERVAL="0.05", FOUNDRY_FORK_SERVER_STATUS=str(tmp_path / "status.json"))
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    threads, child = out.stdout.split()
+    assert threads == "1"
+    assert [p.name for p in (tmp_path / "s").iterdir()] == [f"stacks-{child}.txt"]
