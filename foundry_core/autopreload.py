@@ -26,8 +26,9 @@ that returns True has started what hosts the engine's GPU processes: every one o
 child that execs, or is forked from a process that execs, with the preload from the environment,
 and this process, which runs none, is not restarted (an interpreter start saved). One that returns
 anything else must have started nothing: the process restarts, and the restarted one does not run
-them again (``FOUNDRY_EARLY_STARTS_RAN`` holds its pid; its children run them). A process that already runs under the preload (``foundry run -- CMD``) runs them at
-start-up. Not in multiprocessing's children, and not with ``FOUNDRY_EARLY_START=0``.
+them again (``FOUNDRY_EARLY_STARTS_RAN`` holds its pid; its children run them). A process that
+already runs under the preload (``foundry run -- CMD``) runs them at start-up. Not in
+multiprocessing's children, and not with ``FOUNDRY_EARLY_START=0``.
 
 What the hook costs the start is kept for :mod:`foundry_core.engine.critical_path` (which this
 module cannot import): ``restart``, from the first interpreter's hook, once it found that the

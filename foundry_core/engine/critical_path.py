@@ -224,8 +224,8 @@ def _hook(hook: Any) -> Any:
 
 def take_startup(ledger: Ledger = LEDGER, hook: Any = None) -> dict[str, float]:
     """Moves what the start-up hook spent in this process (``restart``, ``early start``; its
-    ``engine imports`` beside the total) into ``ledger``, once; returns it. Nothing when the hook recorded nothing here (a forked child
-    sees its parent's values: they carry the parent's pid)."""
+    ``engine imports`` beside the total) into ``ledger``, once; returns it. Nothing when the hook
+    recorded nothing here (a forked child sees its parent's values: they carry the parent's pid)."""
     hook = _hook(hook)
     seconds = getattr(hook, "startup_seconds", None)
     if not seconds or getattr(hook, "startup_pid", None) != os.getpid():

@@ -39,14 +39,13 @@ from typing import Any
 
 from foundry_core.cache_list import file_digest, open_regular
 from foundry_core.engine.host_caches import CacheTree, HostCaches
+from foundry_core.engine.jit_dirs import BUILT, FLASHINFER
 
 logger = logging.getLogger("foundry")
 
 __all__ = ["CarriedBuilds", "install", "relocate"]
 
-FLASHINFER = "flashinfer"  # the cache's name in the archive (foundry_core.engine.jit_dirs)
 CORE_MODULE = "flashinfer.jit.core"
-_BUILT = "cached_ops"
 _COMPILE_RULES = ("compile", "cuda_compile")
 _WRAPPED = "__foundry_carried_builds__"
 
@@ -62,7 +61,7 @@ class CarriedBuilds:
         self.libraries: dict[str, str] = {}  # module name -> the library's path in the cache
         for rel in source.paths(FLASHINFER):
             parts = PurePosixPath(rel).parts
-            if len(parts) == 5 and parts[2] == _BUILT and parts[4] == f"{parts[3]}.so":
+            if len(parts) == 5 and parts[2] == BUILT and parts[4] == f"{parts[3]}.so":
                 self.libraries[parts[3]] = rel
 
     def matches(self, name: str, library: Path, build_ninja: str) -> bool:
@@ -76,6 +75,8 @@ class CarriedBuilds:
         entry = self.source.entries[FLASHINFER][rel]
         stat = os.stat(library)
         if stat.st_size != entry.size or file_digest(library) != entry:
+            logger.info("foundry: FlashInfer's %s module is built by FlashInfer: %s is not the archive's library "
+                        "(this host's own build)", name, library)
             return False
         if build_ninja != self._carried_build_ninja(rel):
             logger.info("foundry: FlashInfer's %s module is rebuilt: this host builds it with other commands or "

@@ -46,13 +46,13 @@ from foundry_core.engine.host_caches import CacheTree
 
 logger = logging.getLogger("foundry")
 
-__all__ = ["FLASHINFER", "TVM_FFI", "flashinfer_root", "flashinfer_tree", "flashinfer_unit", "mapped_files",
+__all__ = ["BUILT", "FLASHINFER", "TVM_FFI", "flashinfer_root", "flashinfer_tree", "flashinfer_unit", "mapped_files",
            "module_dirs", "trees", "tvm_ffi_root", "tvm_ffi_tree"]
 
 FLASHINFER = "flashinfer"
 TVM_FFI = "tvm_ffi"
 MAPS = "/proc/self/maps"
-_BUILT, _GENERATED = "cached_ops", "generated"
+BUILT, _GENERATED = "cached_ops", "generated"  # FlashInfer's module and generated-source folders
 _unreadable_maps_said = False  # SAVE's watch asks every second: the warning is given once
 
 
@@ -126,7 +126,7 @@ def flashinfer_unit(path: str) -> str:
     """A module's files go together: ``<version>/<arch>/{cached_ops,generated}/<name>/...`` ->
     ``<version>/<arch>/<name>``."""
     parts = PurePosixPath(path).parts
-    if len(parts) > 4 and parts[2] in (_BUILT, _GENERATED):
+    if len(parts) > 4 and parts[2] in (BUILT, _GENERATED):
         return "/".join((*parts[:2], parts[3]))
     return path
 
@@ -138,7 +138,7 @@ def flashinfer_tree(root: Path | None = None, mapped: Iterable[Path] = ()) -> Ca
     used: list[str] = []
     for rel in module_dirs(root, mapped):
         parts = PurePosixPath(rel).parts
-        if len(parts) != 4 or parts[2] != _BUILT:
+        if len(parts) != 4 or parts[2] != BUILT:
             continue
         used.append(rel)
         generated = "/".join((*parts[:2], _GENERATED, parts[3]))

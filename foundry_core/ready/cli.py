@@ -69,7 +69,8 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=900.0,
                    help="seconds a start may take to its first completion (default 900)")
     p.add_argument("--keep-logs", choices=("all", "tail"), default="all",
-                   help="each start's whole log, or only its marker lines, Foundry's lines, warnings and the last 200 lines")
+                   help="each start's whole log, or only its marker lines, Foundry's lines, warnings and "
+                        "the last 200 lines")
     p.add_argument("--warm-up", choices=("auto", "always", "never"), default="auto",
                    help="an unrecorded unmodified start first: when the engine's caches are empty (auto)")
     p.add_argument("--work", type=Path, default=None,

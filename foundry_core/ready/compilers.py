@@ -15,6 +15,8 @@ import os
 import threading
 from pathlib import Path
 
+from foundry_core.ready.server import process_stat
+
 __all__ = ["COMPILERS", "CompilerWatch"]
 
 COMPILERS = frozenset({"nvcc", "cicc", "ptxas", "fatbinary", "nvlink", "cudafe++", "ninja", "cc1", "cc1plus",
@@ -32,17 +34,14 @@ def _compiler_commands(pgid: int, proc: Path = Path("/proc")) -> dict[int, str]:
     except OSError:
         return found
     for entry in entries:
-        if not entry.name.isdigit():
+        stat = process_stat(entry)
+        if stat is None or stat[0] not in COMPILERS or len(stat[1]) < 3 or stat[1][2] != str(pgid):
             continue
         try:
-            head, _, rest = (entry / "stat").read_text().rpartition(")")
-            comm = head.partition("(")[2]
-            if comm not in COMPILERS or int(rest.split()[2]) != pgid:
-                continue
             argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except (OSError, ValueError, IndexError):
+        except OSError:
             continue
-        found[int(entry.name)] = " ".join(a.decode(errors="replace") for a in argv if a)[:COMMAND_CHARS] or comm
+        found[int(entry.name)] = " ".join(a.decode(errors="replace") for a in argv if a)[:COMMAND_CHARS] or stat[0]
     return found
 
 

@@ -186,9 +186,9 @@ def failures(result: dict) -> list[str]:
 
 
 def compiled(result: dict) -> list[str]:
-    """One line per recorded start that ran compilers (``compilers``: :class:`~foundry_core.ready.compilers.CompilerWatch`), with
-    how many of each: a LOAD is meant to compile nothing, and where another kind compiles tells
-    what a LOAD was spared."""
+    """One line per recorded start that ran compilers (its ``compilers``, from
+    :class:`~foundry_core.ready.compilers.CompilerWatch`), with how many of each: a LOAD is meant
+    to compile nothing, and where another kind compiles tells what a LOAD was spared."""
     lines = []
     for s in result["starts"]:
         commands = s.get("compilers") or []
@@ -196,10 +196,9 @@ def compiled(result: dict) -> list[str]:
             continue
         counts = Counter(os.path.basename(c.split(" ", 1)[0]) for c in commands)
         shown = ", ".join(f"{name} ({n})" for name, n in counts.most_common())
-        total = max(s.get("compiler_processes") or 0, len(commands))
-        among = "" if total == len(commands) else f" (the first {len(commands)}: {shown})"
-        lines.append(f"round {s['round']} {s['kind']} ran {total} compiler processes"
-                     + (among or f": {shown}"))
+        total = s.get("compiler_processes") or len(commands)
+        among = shown if total == len(commands) else f"the first {len(commands)}: {shown}"
+        lines.append(f"round {s['round']} {s['kind']} ran {total} compiler processes: {among}")
     return lines
 
 

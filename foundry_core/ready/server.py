@@ -135,16 +135,22 @@ def group_members(pgid: int) -> set[int]:
         except (ProcessLookupError, PermissionError):
             return set()
     for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
-        if int(fields[2]) == pgid and fields[0] != "Z":
+        stat = process_stat(entry)
+        if stat is not None and int(stat[1][2]) == pgid and stat[1][0] != "Z":
             found.add(int(entry.name))
     return found
+
+
+def process_stat(entry: Path) -> tuple[str, list[str]] | None:
+    """(comm, the fields after it: state, ppid, pgrp, ...) of ``/proc/<pid>``; None for an entry
+    that is not a process or one that has gone."""
+    if not entry.name.isdigit():
+        return None
+    try:
+        head, _, rest = (entry / "stat").read_text().rpartition(")")
+    except OSError:
+        return None
+    return head.partition("(")[2], rest.split()
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
