@@ -170,8 +170,45 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+# At most this many differing entries are named inside one structured knob.
+MAX_ENTRIES_SHOWN = 3
+
+
+def _structured(value: Any) -> Any:
+    """A knob stored as canonical JSON (a dict or list), parsed; anything else as is."""
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _differences(a: Any, b: Any, path: str) -> list[tuple[str, Any, Any]]:
+    """(path, saved, now) of each leaf where ``a`` and ``b`` differ, dicts and lists descended."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b))
+                for d in _differences(a.get(k, _MISSING), b.get(k, _MISSING), f"{path}.{k}" if path else k)]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differences(x, y, f"{path}[{i}]")]
+    return [] if a == b and type(a) is type(b) else [(path, a, b)]
+
+
+def _explain_field(key: str, a: Any, b: Any) -> str:
+    """``key: saved A, now B``; for a structured knob (SGLang's whole graph configuration, say),
+    the entries inside it that differ, which a cut-off JSON text would hide."""
+    inner = _differences(_structured(a), _structured(b), "")
+    if not isinstance(_structured(a), (dict, list)) or not inner or inner[0][0] == "":
+        return f"{key}: saved {_show(a)}, now {_show(b)}"
+    shown = ", ".join(f"{path}: saved {_show(x)}, now {_show(y)}" for path, x, y in inner[:MAX_ENTRIES_SHOWN])
+    more = f" and {len(inner) - MAX_ENTRIES_SHOWN} more" if len(inner) > MAX_ENTRIES_SHOWN else ""
+    return f"{key} differs at {shown}{more}"
+
+
 def explain_mismatch(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """One line per differing field: ``"engine.tp: saved 2, now 1"``; empty when they agree.
+    A knob stored as JSON names the entries inside it that differ:
+    ``"engine.knob.cfg differs at prefill.backend: saved 'breakable', now 'disabled'"``.
 
     Compares every field of either side except the ``engine.fields`` summary (the fields it
     lists are compared one by one).
@@ -180,7 +217,7 @@ def explain_mismatch(saved: Mapping[str, Any], current: Mapping[str, Any]) -> li
     for key in sorted((set(saved) | set(current)) - {FIELDS_KEY}):
         a, b = saved.get(key, _MISSING), current.get(key, _MISSING)
         if a != b or type(a) is not type(b):
-            lines.append(f"{key}: saved {_show(a)}, now {_show(b)}")
+            lines.append(_explain_field(key, a, b))
     return lines
 
 

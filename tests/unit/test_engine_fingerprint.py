@@ -148,6 +148,28 @@ def test_explain_distinguishes_types():
     assert explain_mismatch({"x": 1}, {"x": True}) == ["x: saved 1, now True"]
 
 
+def test_explain_names_the_entries_inside_a_structured_knob():
+    """A knob stored as JSON (SGLang's whole graph configuration) names the entries that differ,
+    which its cut-off JSON text would hide."""
+    config = {"decode": {"backend": "full", "bs": [1, 2, 4, 8] * 8}, "prefill": {"backend": "breakable", "max": 8192}}
+    changed = {**config, "prefill": {"backend": "disabled", "max": 8192}}
+    lines = explain_mismatch(fp(knobs={"cfg": config}), fp(knobs={"cfg": changed}))
+    assert lines == ["engine.knob.cfg differs at prefill.backend: saved 'breakable', now 'disabled'"]
+    listed = {**config, "decode": {"backend": "full", "bs": [1, 2, 4, 16] * 8}}
+    lines = explain_mismatch(fp(knobs={"cfg": config}), fp(knobs={"cfg": listed}))
+    assert lines == ["engine.knob.cfg differs at decode.bs[3]: saved 8, now 16, decode.bs[7]: saved 8, now 16, "
+                     "decode.bs[11]: saved 8, now 16 and 5 more"]
+
+
+def test_explain_structured_knob_added_entry_and_other_shapes():
+    lines = explain_mismatch(fp(knobs={"cfg": {"a": 1}}), fp(knobs={"cfg": {"a": 1, "b": [1]}}))
+    assert lines == ["engine.knob.cfg differs at b: saved absent, now [1]"]
+    # Lists of another length, or a knob that changed kind, are shown whole.
+    assert explain_mismatch({"k": "[1,2]"}, {"k": "[1]"}) == ["k: saved '[1,2]', now '[1]'"]
+    assert explain_mismatch({"k": '{"a":1}'}, {"k": 3}) == ["k: saved '{\"a\":1}', now 3"]
+    assert explain_mismatch({"k": "{not json"}, {"k": "{x"}) == ["k: saved '{not json', now '{x'"]
+
+
 def test_engine_fields_pick_the_engine_part():
     full = {"gpu_name": "H200", "driver_version": 13000, **fp()}
     assert engine_fields(full) == fp()
