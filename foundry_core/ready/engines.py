@@ -137,6 +137,7 @@ SGLANG = Engine(
         "scheduler_e2e_s": r"scheduler_e2e=([\d.]+)",
         "load_weight_s": r"Engine startup timings \(s\): load_weight=([\d.]+)",
         "kv_cache_allocation_s": r"kv_cache_allocation=([\d.]+)",
+        "cuda_graph_prefill_s": r"cuda_graph=\{(?:[^}]*[ ,])?prefill=([\d.]+)",
         "cuda_graph_decode_s": r"cuda_graph=\{(?:[^}]*[ ,])?decode=([\d.]+)",
         "tokenizer_e2e_s": r"tokenizer_e2e=([\d.]+)",
         "decode_graph_capture_s": r"Capture \w+ decode CUDA graph end\. elapsed=([\d.]+) s",

@@ -57,7 +57,8 @@ SGLANG_LOG = [
     # SGLang on one GPU: its scheduler's lines carry no rank, so it starts at "Init torch distributed".
     (engines.SGLANG, SGLANG_LOG, {"first_line": 29.800, "worker_first_line": 58.400, "engine_init_end": 65.200},
      {"server_args_line": 29.800, "decode_graphs_end": 64.300, "fired_up": 68.100},
-     {"scheduler_e2e_s": 8.07, "load_weight_s": 0.52, "kv_cache_allocation_s": 0.31, "cuda_graph_decode_s": 3.24,
+     {"scheduler_e2e_s": 8.07, "load_weight_s": 0.52, "kv_cache_allocation_s": 0.31, "cuda_graph_prefill_s": 0.0,
+      "cuda_graph_decode_s": 3.24,
       "tokenizer_e2e_s": 35.50, "decode_graph_capture_s": 3.24, "init_torch_distributed_s": 0.35},
      "-"),
 ])
@@ -103,10 +104,12 @@ def test_vllm_lines_in_colour_match_too():
     assert "compilation_s" not in found.durations
 
 
-def test_sglang_cuda_graph_decode_is_not_draft_decode():
+def test_sglang_cuda_graph_phases_are_not_the_draft_ones():
     line = [(1.0, "[2026-11-29 10:36:48] Engine startup timings (s): load_weight=0.52, kv_cache_allocation=0.31, "
-                  "scheduler_e2e=4.69, cuda_graph={draft_decode=9.99, decode=0.21}, tokenizer_e2e=30.00")]
-    assert logparse.parse(engines.SGLANG, line).durations["cuda_graph_decode_s"] == 0.21
+                  "scheduler_e2e=4.69, cuda_graph={draft_prefill=8.88, draft_decode=9.99, decode=0.21, prefill=0.07}, "
+                  "tokenizer_e2e=30.00")]
+    durations = logparse.parse(engines.SGLANG, line).durations
+    assert (durations["cuda_graph_prefill_s"], durations["cuda_graph_decode_s"]) == (0.07, 0.21)
 
 
 def test_sglang_tensor_parallel_scheduler_is_its_first_prefixed_line():
