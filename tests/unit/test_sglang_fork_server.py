@@ -238,13 +238,16 @@ def test_a_failed_import_is_written_not_raised(tmp_path):
 SCHEDULER = """
 import json, os, threading
 IMPORTED_IN = os.getpid()
+# Whether the fork server's step before its imports had placed this file by now (the test's archive).
+PLACED_AT_IMPORT = os.path.exists(os.environ.get("EXPECT_PLACED", "/nonexistent"))
 if os.environ.get("FAKE_SGLANG_THREAD"):
     threading.Thread(target=threading.Event().wait, name="fake-sglang-worker", daemon=True).start()
 
 def run_scheduler_process(out):
     with open(out, "w") as f:
         json.dump({"pid": os.getpid(), "ppid": os.getppid(), "imported_in": IMPORTED_IN,
-                   "mark": os.environ.get("MARK"), "status_env": os.environ.get("%s")}, f)
+                   "mark": os.environ.get("MARK"), "status_env": os.environ.get("%s"),
+                   "placed_at_import": PLACED_AT_IMPORT}, f)
 """
 
 DRIVER = """
@@ -268,7 +271,7 @@ if __name__ == "__main__":  # a child imports this file again, as SGLang's child
 """
 
 
-def _run_driver(tmp_path: Path, **env: str) -> tuple[dict, str]:
+def _run_driver(tmp_path: Path, *args: str, **env: str) -> tuple[dict, str]:
     pkg = tmp_path / "sglang" / "srt" / "managers"
     pkg.mkdir(parents=True)
     for d in (tmp_path / "sglang", tmp_path / "sglang" / "srt", pkg):
@@ -279,7 +282,7 @@ def _run_driver(tmp_path: Path, **env: str) -> tuple[dict, str]:
     driver.write_text(textwrap.dedent(DRIVER))
     # The fork server must import from this process's sys.path, which Python 3.12 and older do not
     # hand it (only PYTHONPATH): the synthetic package is on the first alone.
-    proc = subprocess.run([sys.executable, str(driver), str(tmp_path / "child.json")], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(driver), str(tmp_path / "child.json"), *args], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "TMPDIR": str(tmp_path), **env})
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
@@ -294,6 +297,40 @@ def test_a_child_is_forked_from_a_server_that_imported_sglang(tmp_path):
     assert child["ppid"] != child["main"]  # its parent is the fork server
     assert child["mark"] == "set after the fork server started"  # the main process's environment
     assert child["status_env"] is None  # the fork server's own variables stay there
+
+
+def test_a_load_places_tritons_modules_built_at_import_before_the_fork_servers_imports(tmp_path):
+    """SGLang's imports build Triton's cuda_utils: the fork server of a LOAD places the archive's
+    copy before it imports anything (the synthetic scheduler module looks at import time)."""
+    from foundry_core.engine import triton_at_import as tai
+    from foundry_core.engine.host_caches import HostCaches
+    from foundry_core.engine.layout import rank_dir
+
+    saving, key = tmp_path / "saving-host", "ab" * 32
+    (saving / key).mkdir(parents=True)
+    (saving / key / "cuda_utils.so").write_bytes(b"module")
+    archive = tmp_path / "archive"
+    rank_dir(archive, 0).mkdir(parents=True)
+    caches = HostCaches(archive, rank_dir(archive, 0))
+    caches.add_used(tai.tree(saving, mapped=[saving / key / "cuda_utils.so"]))
+    caches.write_list()
+
+    new_host = tmp_path / "new-host"
+    child, log = _run_driver(tmp_path, "--foundry-archive", str(archive), "--foundry-mode", "load",
+                             TRITON_CACHE_DIR=str(new_host), EXPECT_PLACED=str(new_host / key / "cuda_utils.so"))
+    assert child["placed_at_import"] is True and child["exitcode"] == 0
+    assert "the fork server, before importing SGLang: Triton's modules built at import, from the archive: 1 files" \
+        in log
+    assert child["status"]["before"].endswith("1 files (0.0 MiB) copied, 0 present")
+
+
+def test_a_failing_step_before_the_imports_is_written_and_the_imports_go_on(tmp_path):
+    def broken() -> str:
+        raise ValueError("bad archive path")
+
+    status = preload.run(modules=("json",), path=str(tmp_path / "status.json"), before=broken)
+    assert status["safe"] is True
+    assert status["before"] == "the step before the imports failed (ValueError: bad archive path)"
 
 
 def test_an_unsafe_fork_server_makes_the_child_spawn_and_says_why(tmp_path):
@@ -576,6 +613,16 @@ def test_the_forked_line_names_the_stand_ins_the_imports_kept(caplog):
         state.say_forked("scheduler")
     assert "checks after the imports included: 0.01 s; the imports kept the stand-ins for torch's " \
            "cuda.current_device, which now call torch's own)" in caplog.text
+
+
+def test_what_the_fork_server_did_before_its_imports_is_said_once(caplog):
+    state = client._State()
+    state.engine = "SGLang"
+    state._status = {"safe": True, "import_s": 18.5, "checks_s": 0.0, "kept": [], "before": "1 files placed"}
+    with caplog.at_level(logging.INFO, logger="foundry.fork_server"):
+        state.say_forked("scheduler")
+        state.say_forked("detokenizer")
+    assert caplog.text.count("the fork server, before importing SGLang: 1 files placed") == 1
 
 
 def test_a_kept_answer_makes_the_fork_server_unsafe(monkeypatch, tmp_path):

@@ -363,6 +363,26 @@ def test_save_carries_the_modules_the_start_loaded(roots, tmp_path, carriers, mo
     del handle
 
 
+@needs_cc
+def test_save_carries_tritons_module_built_at_import_for_the_fork_server(roots, tmp_path, carriers, monkeypatch):
+    """Triton's cuda_utils, built and loaded at SGLang's import (before the scheduler's Triton
+    carrier exists), is carried from the process's mapped files as foundry_core's
+    triton_at_import names it."""
+    from foundry_core.engine import triton_at_import
+
+    monkeypatch.setenv(jit_caches.WATCH_ENV, "0")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    key = "cd" * 32
+    handle = load(build_library(tmp_path / "triton" / key / "cuda_utils.cpython-312-x86_64-linux-gnu.so"))
+    archive = tmp_path / "archive"
+    rt = scheduler_runtime(archive, Mode.SAVE, saved=True)
+    jit_caches.begin(rt)
+    jit_caches.carried(rt)
+    carried = HostCaches.read(archive, archive / "rank0").paths(triton_at_import.CACHE)
+    assert carried == [f"{key}/cuda_utils.cpython-312-x86_64-linux-gnu.so"]
+    del handle
+
+
 def test_carrying_can_be_turned_off(tmp_path, carriers, monkeypatch):
     monkeypatch.setenv("FOUNDRY_HOST_CACHES", "0")
     rt = scheduler_runtime(tmp_path / "archive", Mode.SAVE, saved=True)

@@ -77,10 +77,12 @@ def start_early(engine: str, wanted: Callable[[], bool], start_server: Callable[
     return False
 
 
-def start(preload: Sequence[str], engine: str, child_names: Mapping[str, str] | None = None) -> str:
+def start(preload: Sequence[str], engine: str, child_names: Mapping[str, str] | None = None,
+          environ: Mapping[str, str] | None = None) -> str:
     """Starts multiprocessing's fork server importing the modules ``preload`` (the engine plugin's
     preload module); returns its status file. ``engine`` names the engine in the log;
-    ``child_names`` maps a child's target function name to what the log calls it."""
+    ``child_names`` maps a child's target function name to what the log calls it; ``environ``:
+    variables for the fork server alone (its children run under the main process's)."""
     # TMPDIR rather than tempfile: this runs at interpreter start-up, and tempfile imports much.
     status = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"foundry-fork-server-{os.getpid()}.json")
     if os.path.lexists(status):
@@ -92,7 +94,7 @@ def start(preload: Sequence[str], engine: str, child_names: Mapping[str, str] | 
     # multiprocessing passes on but Python 3.12 and older do not apply before the preload, whose
     # ImportError the fork server would swallow (no status: every launch would wait its timeout).
     path = os.pathsep.join(p for p in sys.path if p)
-    with _environ({STATUS_ENV: status, "PYTORCH_NVML_BASED_CUDA_CHECK": "1", "PYTHONPATH": path}):
+    with _environ({**(environ or {}), STATUS_ENV: status, "PYTORCH_NVML_BASED_CUDA_CHECK": "1", "PYTHONPATH": path}):
         multiprocessing.forkserver.ensure_running()
     _STATE.started(status, os.environ.get("LD_PRELOAD", ""), engine, dict(child_names or {}))
     return status
@@ -170,6 +172,9 @@ class _State:
                         float(status.get("import_s", 0.0)), float(status.get("checks_s", 0.0)),
                         f"; the imports kept the stand-ins for torch's {', '.join(kept)}, which now call torch's own" if kept
                         else "")
+            if status.get("before") and "before" not in self._said:
+                self._said.add("before")
+                logger.info("foundry: the fork server, before importing %s: %s", self.engine, status["before"])
 
     def say_once(self, what: str, reason: str) -> None:
         if reason not in self._said:

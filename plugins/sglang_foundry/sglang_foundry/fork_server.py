@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+from foundry_core.engine import triton_at_import
 from foundry_core.engine.fork_server import client
 from foundry_core.engine.options import env_flag
 
@@ -56,5 +57,8 @@ def start_early() -> bool:
 
 
 def start(preload: Sequence[str] = (PRELOAD_MODULE,)) -> str:
-    """Starts the fork server importing ``preload``; returns its status file."""
-    return client.start(preload, "SGLang", CHILD_NAMES)
+    """Starts the fork server importing ``preload``, told the archive a LOAD would place Triton's
+    modules built at import from (:mod:`foundry_core.engine.triton_at_import`: SGLang's imports
+    build one); returns its status file."""
+    return client.start(preload, "SGLang", CHILD_NAMES,
+                        environ=triton_at_import.fork_server_environ(sys.argv, os.environ))

@@ -1,7 +1,7 @@
 """What an SGLang scheduler compiles on first use, carried in the archive, so that a LOAD on a new
 host (empty caches) answers its first request without compiling.
 
-SGLang 0.5.17's first start compiles, all at the first forward that needs them:
+SGLang 0.5.17's first start compiles, all but the last at the first forward that needs them:
 
 - Triton kernels (the triton attention backend's decode and extend kernels, SGLang's other Triton
   kernels, Triton's launchers, built with gcc) into ``$TRITON_CACHE_DIR`` (default
@@ -11,9 +11,11 @@ SGLang 0.5.17's first start compiles, all at the first forward that needs them:
   sampling kernels with ``--sampling-backend flashinfer``, attention kernels with the flashinfer
   backend), built with nvcc and ninja; at another cache path than SAVE's, taken as built by
   :mod:`foundry_core.engine.flashinfer_builds`;
-- SGLang's own tvm-ffi JIT kernels (``sglang.kernels.jit``: activation, norms, KV-cache stores).
+- SGLang's own tvm-ffi JIT kernels (``sglang.kernels.jit``: activation, norms, KV-cache stores);
+- Triton's ``cuda_utils``, built with gcc at SGLang's import, before any scheduler: carried by
+  :mod:`foundry_core.engine.triton_at_import`, and placed by the fork server before its imports.
 
-The last two are :mod:`foundry_core.engine.jit_dirs`'s trees (how each loader decides that a cached
+FlashInfer's and tvm-ffi's are :mod:`foundry_core.engine.jit_dirs`'s trees (how each loader decides that a cached
 build is valid, and so what is carried). Torch Inductor compiles only with
 ``--enable-torch-compile`` (experimental, ``FOUNDRY_SGLANG_TORCH_COMPILE=1``), and only inside the
 decode capture loop, which a LOAD runs without forwards; the Triton kernels it builds there are
@@ -41,7 +43,7 @@ import os
 import time
 from pathlib import Path
 
-from foundry_core.engine import Mode, flashinfer_builds, host_caches, jit_dirs
+from foundry_core.engine import Mode, flashinfer_builds, host_caches, jit_dirs, triton_at_import
 from foundry_core.engine.cache_carry import CacheCarry, CachesAhead, carry_in
 from foundry_core.engine.host_caches import HostCaches
 
@@ -109,10 +111,18 @@ def carried(rt: runtime.SchedulerRuntime) -> CacheCarry | None:
     if where is None or rt.mode is not Mode.SAVE or not rt.saved:
         return None
     reset()  # one scheduler per process: a new start ends an earlier one's watch (tests)
-    _carry = CacheCarry(HostCaches(*where), rt.triton, jit_dirs.trees, logger)
+    home = rt.triton.home if rt.triton is not None else None
+    _carry = CacheCarry(HostCaches(*where), rt.triton, lambda: _used_trees(home), logger)
     if _carry.carry() is not None and (seconds := watch_seconds()) > 0:
         _carry.watch(seconds)
     return _carry
+
+
+def _used_trees(triton_home: str | None) -> list[host_caches.CacheTree]:
+    """The JIT trees and Triton's modules built at import (:mod:`~foundry_core.engine.triton_at_import`),
+    ``used`` from one read of this process's mapped files."""
+    files = jit_dirs.mapped_files()
+    return [*jit_dirs.trees(mapped=files), triton_at_import.tree(triton_home, mapped=files)]
 
 
 def reset() -> None:
