@@ -615,14 +615,25 @@ def test_the_forked_line_names_the_stand_ins_the_imports_kept(caplog):
            "cuda.current_device, which now call torch's own)" in caplog.text
 
 
-def test_what_the_fork_server_did_before_its_imports_is_said_once(caplog):
+def test_what_the_fork_server_did_around_its_imports_is_said_once(caplog):
     state = client._State()
     state.engine = "SGLang"
-    state._status = {"safe": True, "import_s": 18.5, "checks_s": 0.0, "kept": [], "before": "1 files placed"}
+    state._status = {"safe": True, "import_s": 18.5, "checks_s": 0.0, "kept": [], "before": "1 files placed",
+                     "after": "key computed"}
     with caplog.at_level(logging.INFO, logger="foundry.fork_server"):
         state.say_forked("scheduler")
         state.say_forked("detokenizer")
     assert caplog.text.count("the fork server, before importing SGLang: 1 files placed") == 1
+    assert caplog.text.count("the fork server, after importing SGLang: key computed") == 1
+
+
+def test_the_step_after_the_imports_runs_only_in_a_process_safe_to_fork_from(tmp_path):
+    ran: list[str] = []
+    status = preload.run(modules=("json",), path=str(tmp_path / "s.json"), after=lambda: ran.append("x") or "done")
+    assert status["safe"] is True and status["after"] == "done" and ran == ["x"]
+    status = preload.run(modules=("no_such_module_here",), path=str(tmp_path / "s.json"),
+                         after=lambda: ran.append("y") or "done")
+    assert status["safe"] is False and status["after"] == "" and ran == ["x"]
 
 
 def test_a_kept_answer_makes_the_fork_server_unsafe(monkeypatch, tmp_path):

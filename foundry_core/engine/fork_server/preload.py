@@ -245,25 +245,25 @@ def _checked(answered: device_facts.Answers, watched: DriverWatch, timings: dict
     return why
 
 
-def run(modules: Sequence[str], path: str | None = None, before: Callable[[], str] | None = None) -> dict:
+def run(modules: Sequence[str], path: str | None = None, before: Callable[[], str] | None = None,
+        after: Callable[[], str] | None = None) -> dict:
     """Imports ``modules``, checks the process, writes the status (to ``path``, default the one
     :func:`~foundry_core.engine.fork_server.client.start` names); returns it. ``before()`` runs
-    first (it must start no thread) and says what it did, kept in the status as ``before``."""
+    first, ``after()`` once the imports left the process safe to fork from; each must start no
+    thread and says what it did, kept in the status as ``before`` and ``after`` (its time is part
+    of ``import_s``)."""
     start = time.perf_counter()
     timings: dict[str, float] = {}
     kept: list[str] = []
-    did = ""
-    if before is not None:
-        try:
-            did = before()
-        except Exception as exc:  # noqa: BLE001 - a step before the imports must not stop them
-            did = f"the step before the imports failed ({type(exc).__name__}: {exc})"
+    did = _step(before, "before the imports")
     try:
         why = import_all(modules, timings=timings, kept=kept)
     except BaseException as exc:  # noqa: BLE001 - see the module docstring
         why = f"the imports failed ({type(exc).__name__}: {exc})"
+    then = _step(after, "after the imports") if why is None else ""
     status = {"safe": why is None, "why": why or "", "import_s": round(time.perf_counter() - start, 3),
-              "pid": os.getpid(), "kept": kept, "before": did, **{k: round(v, 3) for k, v in timings.items()}}
+              "pid": os.getpid(), "kept": kept, "before": did, "after": then,
+              **{k: round(v, 3) for k, v in timings.items()}}
     path = path or os.environ.get(STATUS_ENV)
     if path:
         try:
@@ -271,6 +271,16 @@ def run(modules: Sequence[str], path: str | None = None, before: Callable[[], st
         except OSError:
             pass  # the main process times out waiting and spawns
     return status
+
+
+def _step(step: Callable[[], str] | None, when: str) -> str:
+    """What ``step()`` says it did; a failure is said, not raised (the imports must go on)."""
+    if step is None:
+        return ""
+    try:
+        return step()
+    except Exception as exc:  # noqa: BLE001
+        return f"the step {when} failed ({type(exc).__name__}: {exc})"
 
 
 def in_fork_server() -> bool:
