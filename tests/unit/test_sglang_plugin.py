@@ -349,6 +349,22 @@ FAKE_SOURCES = {
             return types.SimpleNamespace(tp_group=None, pp_group=None, attention_tp_group=None,
                                          pre_model_load_memory=80.0)
     """,
+    "sglang.srt.distributed.parallel_state": """
+        import types
+
+        from sglang import LOG
+
+        def set_custom_all_reduce(enable):
+            LOG.append(("custom_all_reduce", enable))
+
+        def get_world_group():
+            return types.SimpleNamespace(cpu_group="the world's gloo group")
+    """,
+    "sglang.srt.distributed.device_communicators.triton_symm_mem_ag": """
+        class MultimemAllGatherer:
+            def _build(self, x):
+                return "a multimem state"
+    """,
     "sglang.srt.model_executor.pool_configurator": """
         import dataclasses
         from typing import Optional

@@ -47,7 +47,7 @@ from foundry_core.engine import Mode, capture
 from foundry_core.engine.capture import MAX_DEPTH, address_mismatch, graph_name, swapped, tensor_addresses
 from foundry_core.errors import MismatchError, UnsupportedError
 
-from sglang_foundry import compile_stats, jit_caches, modes, options, outputs, patching, runtime, seams
+from sglang_foundry import compile_stats, jit_caches, modes, options, outputs, patching, ranks, runtime, seams
 from sglang_foundry.runtime import Phase
 
 logger = logging.getLogger("foundry.sglang")
@@ -321,15 +321,25 @@ def loop_without_gc(seam_name: str = "cg.freeze_gc") -> Iterator[None]:
 
 def _restore(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., Any], args: tuple,
              kwargs: dict) -> Any:
+    """The decode loop without forwards, then the archive's graphs in SGLang's tables; every rank
+    answers the last agreement (ranks.py) once, wherever it stops."""
+    with ranks.Agreement(rt) as agreement:
+        return _restore_agreed(rt, runner, original, args, kwargs, agreement)
+
+
+def _restore_agreed(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., Any], args: tuple,
+                    kwargs: dict, agreement: ranks.Agreement) -> Any:
     recorded = rt.recorded_adapter_state()
     instantiate, threads = options.instantiate_mode()
     loaded_archive = rt.load_archive(instantiate, threads)
-    if loaded_archive is None:
+    if loaded_archive is None:  # the session fell back already (and logged why)
+        agreement.answer(False)
         return FALLBACK
     archive, loaded = loaded_archive
     by_name = {g.name: g for g in archive}
     problem = _plan_problem(runner, recorded, by_name)
     if problem is not None:
+        agreement.answer(False)
         rt.fall_back(MismatchError(problem))
         return FALLBACK
 
@@ -355,6 +365,8 @@ def _restore(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., 
             prefill = rt.prefill.install(archive, by_name)
         except MismatchError as exc:
             problem = str(exc)
+    if not agreement.answer(problem is None) and problem is None:
+        problem = "another rank could not restore its graphs; every rank captures"  # the prefill graphs too
     if problem is not None:
         backend._graphs.clear()
         backend._outputs.clear()
@@ -458,6 +470,8 @@ def wrap_init_cuda_graphs(original: Callable[..., Any]) -> Callable[..., Any]:
         if rt is None or rt.phase is not Phase.INIT or getattr(self, "is_draft_worker", False):
             return original(self, *args, **kwargs)
         rt.runner = self
+        if ranks.may_load(rt):  # the second agreement: a rank that fell back since the first captures
+            ranks.agree(rt, True, "at the capture phase")
         jit_caches.placed()  # the first forward may load a JIT module: the archive's are in place first
         with rt.in_phase(Phase.CAPTURE, Phase.SERVING, "init_cuda_graphs (kernel warmup, decode capture or restore)"):
             result = original(self, *args, **kwargs)

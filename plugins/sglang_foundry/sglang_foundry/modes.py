@@ -1,7 +1,8 @@
 """Which SGLang configurations sglang-foundry supports, and the refusal for the others.
 
 Supported in this version: one GPU (tensor, pipeline, data, expert, attention-context and
-decode-context parallel size 1, one node), the decode CUDA graphs of the ``full`` backend
+decode-context parallel size 1, one node), or tensor parallel on one node with NCCL's all-reduce
+(experimental, ``FOUNDRY_SGLANG_TENSOR_PARALLEL=1``), the decode CUDA graphs of the ``full`` backend
 (one torch CUDA graph per batch size), the prefill graphs of the ``breakable`` backend (SGLang's CUDA
 default) or none, torch.compile without CUDA-graph trees, no speculative
 decoding, no LoRA, no memory saver, no symmetric memory, no batch overlap or PD multiplexing, no
@@ -23,6 +24,9 @@ Why each refusal (SGLang 0.5.17 source):
 - memory saver: torch_memory_saver preloads its own allocator and maps weights, KV and graphs
   outside the deterministic region;
 - symmetric memory, NCCL NVLS, MSCCL++: NCCL memory pools the region cannot back;
+- with tensor parallel, every all-reduce path but NCCL's: the custom all-reduce (turned off by the
+  plugin), FlashInfer's all-reduce fusion, quantised or fused all-reduces keep peers' addresses or
+  kernels of their own in the graphs, which re-making NCCL's calls at LOAD does not cover;
 - speculative decoding, LoRA, two-/single-batch overlap, PD multiplexing, hidden-state outputs,
   profile / debug capture: other graph variants, streams or outputs than the one captured set;
 - PD disaggregation, elastic EP, hierarchical sparse attention: transfer engines and host/device
@@ -86,6 +90,15 @@ _MUST_BE_OFF = (
     ("enable_hisparse", "hierarchical sparse attention (--enable-hisparse) swaps KV between host and device"),
 )
 _PARALLEL = ("tp_size", "pp_size", "dp_size", "ep_size", "attn_cp_size", "moe_dp_size", "dcp_size", "nnodes")
+# With tensor parallel: the all-reduce paths other than NCCL (and the custom all-reduce, which the
+# plugin turns off), each put memory or kernels into the graphs that a LOAD cannot make again by
+# re-making NCCL's calls (docs/multi-gpu.md, SGLang 0.5.17 tensor parallel).
+_TP_MUST_BE_OFF = (
+    ("enable_quant_communications", "--enable-quant-communications quantises the all-reduce in kernels of its own"),
+    ("enable_aiter_allreduce_fusion", "--enable-aiter-allreduce-fusion fuses the all-reduce into ROCm kernels"),
+    ("enable_fused_moe_sum_all_reduce", "--enable-fused-moe-sum-all-reduce all-reduces inside a Triton MoE kernel"),
+    ("enable_scattered_sconv", "--enable-scattered-sconv replaces the all-reduce with its own exchange"),
+)
 _ENV_MUST_BE_OFF = (
     ("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING", "it resizes the KV pool after capture"),
     ("SGLANG_ENABLE_GRAPH_POOL_PRECARVE", "it sizes the graph pool from the warmups LOAD skips"),
@@ -171,6 +184,29 @@ def _compile_problems(server_args: Any, environ: Mapping[str, str]) -> list[str]
     return problems
 
 
+def _parallel_problems(server_args: Any, environ: Mapping[str, str]) -> list[str]:
+    """Parallel sizes other than 1 except tensor parallel on one node, which needs
+    ``FOUNDRY_SGLANG_TENSOR_PARALLEL=1`` and no all-reduce path besides NCCL."""
+    problems = []
+    for name in _PARALLEL:
+        value = setting(server_args, name, 1)
+        if value == 1 or (name == "tp_size" and options.tensor_parallel(environ)):
+            continue
+        hint = (f" ({options.TENSOR_PARALLEL_ENV}=1 saves and restores it, experimental: not yet run on several GPUs)"
+                if name == "tp_size" else " (tensor parallel on one node is the only parallel layout in this version)")
+        problems.append(f"{name}={value} is not supported{hint}")
+    if setting(server_args, "tp_size", 1) == 1:
+        return problems
+    for name, why in _TP_MUST_BE_OFF:
+        if setting(server_args, name, False) is True:
+            problems.append(f"{why}; with tensor parallel only NCCL's all-reduce is supported")
+    fusion = setting(server_args, "flashinfer_allreduce_fusion_backend")
+    if fusion is not None or setting(server_args, "enable_flashinfer_allreduce_fusion", False) is True:
+        problems.append(f"FlashInfer's all-reduce fusion ({fusion or 'on'}) keeps a workspace of peer pointers in the "
+                        "graphs; pass --enforce-disable-flashinfer-allreduce-fusion")
+    return problems
+
+
 def _env_true(environ: Mapping[str, str], name: str) -> bool:
     return environ.get(name, "").strip().lower() in _TRUE
 
@@ -179,11 +215,8 @@ def unsupported_settings(server_args: Any, environ: Mapping[str, str] | None = N
     """Every setting of ``server_args`` (and of the environment) this version cannot handle, as
     one message each; empty when everything is supported."""
     env = os.environ if environ is None else environ
-    problems = _graph_problems(server_args, env) + _compile_problems(server_args, env)
-    for name in _PARALLEL:
-        value = setting(server_args, name, 1)
-        if value != 1:
-            problems.append(f"{name}={value} is not supported (one GPU on one node in this version)")
+    problems = _graph_problems(server_args, env) + _compile_problems(server_args, env) + _parallel_problems(server_args,
+                                                                                                          env)
     device = setting(server_args, "device", "cuda")
     if device != "cuda":
         problems.append(f"device={device!r} is not supported (CUDA only)")

@@ -16,6 +16,10 @@
 - ``FOUNDRY_SGLANG_TORCH_COMPILE=0``: ``--enable-torch-compile`` is refused instead of saved and
   restored (the graphs captured from SGLang's compiled forward; a LOAD needs none of the compiled
   code, docs/engine-sglang.md, section 7).
+- ``FOUNDRY_SGLANG_TENSOR_PARALLEL=1``: tensor parallel (``--tp-size N`` on one node) is saved and
+  restored, its all-reduces through NCCL (the plugin turns SGLang's custom all-reduce off). Off by
+  default: it has not run on several GPUs yet, and a rank that restored while another captured
+  would wait for it forever.
 - ``FOUNDRY_SGLANG_PREFILL_TRACE=FILE``: each prefill shape's capture (SAVE) or stand-in (LOAD)
   appends PyTorch's cached segments at its end to FILE (JSON lines): what to compare when a LOAD's
   prefill placements diverge.
@@ -37,6 +41,7 @@ CHECK_METADATA_ENV = "FOUNDRY_SGLANG_CHECK_METADATA"
 PREFILL_GRAPHS_ENV = "FOUNDRY_SGLANG_PREFILL_GRAPHS"
 PREFILL_TRACE_ENV = "FOUNDRY_SGLANG_PREFILL_TRACE"
 TORCH_COMPILE_ENV = "FOUNDRY_SGLANG_TORCH_COMPILE"
+TENSOR_PARALLEL_ENV = "FOUNDRY_SGLANG_TENSOR_PARALLEL"
 
 
 def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -84,3 +89,9 @@ def torch_compile(environ: Mapping[str, str] | None = None) -> bool:
 def prefill_trace(environ: Mapping[str, str] | None = None) -> str | None:
     """The file the prefill shapes' allocator segments are appended to, or None."""
     return _env(environ).get(PREFILL_TRACE_ENV, "").strip() or None
+
+
+def tensor_parallel(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether tensor parallel starts are saved and restored (``FOUNDRY_SGLANG_TENSOR_PARALLEL=1``;
+    default off, see the module)."""
+    return env_flag(TENSOR_PARALLEL_ENV, False, environ)

@@ -14,7 +14,7 @@ from foundry_core.engine.patching import MARKER, Patcher, SeamError
 
 from sglang_foundry.seams import TABLE
 
-__all__ = ["MARKER", "SeamError", "OFF_HINT", "sglang_version", "install", "is_installed", "original",
+__all__ = ["MARKER", "SeamError", "OFF_HINT", "sglang_version", "install", "is_installed", "original", "resolve",
            "uninstall_all"]
 
 OFF_HINT = "Start SGLang with --foundry-mode off (or FOUNDRY_MODE=off) to run it without Foundry"
@@ -33,6 +33,12 @@ def install(name: str, make_wrapper: Callable[[Callable[..., Any]], Callable[...
     """Wraps seam ``name`` with ``make_wrapper(original_function)``; False when it was already
     wrapped (by this process, or by a copy of this module loaded twice)."""
     return _PATCHER.install(name, make_wrapper)
+
+
+def resolve(name: str) -> Any:
+    """The attribute seam ``name`` names in the installed SGLang (to call or read it, never to
+    wrap); SeamError when it is missing."""
+    return _PATCHER.resolve(TABLE.seam(name))[2]
 
 
 def is_installed(name: str) -> bool:

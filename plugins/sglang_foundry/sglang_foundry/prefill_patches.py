@@ -54,7 +54,7 @@ from foundry_core.engine.capture import graph_name, is_cuda_tensor, swapped
 from foundry_core.errors import FoundryError, MismatchError, UnsupportedError
 from foundry_core.graphs import LOG_NAME
 
-from sglang_foundry import breaks, capture_patches, modes, options, outputs, patching, runtime, seams
+from sglang_foundry import breaks, capture_patches, modes, options, outputs, patching, ranks, runtime, seams
 
 logger = logging.getLogger("foundry.sglang")
 
@@ -341,9 +341,18 @@ def _clear(backend: Any) -> None:
 
 
 def _stand_in_loop(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., Any]) -> Any:
+    """SGLang's prefill loop placing SAVE's memory without forwards; every rank answers the third
+    agreement (ranks.py) once, wherever it stops."""
+    with ranks.Agreement(rt) as agreement:
+        return _stand_in_agreed(rt, runner, original, agreement)
+
+
+def _stand_in_agreed(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., Any],
+                     agreement: ranks.Agreement) -> Any:
     recorded = rt.recorded_adapter_state().get("prefill")
     problem = _plan_problem(runner, recorded)
     if problem is not None:
+        agreement.answer(False)
         rt.fall_back(MismatchError(problem))
         return capture_patches.FALLBACK
     loop = PrefillLoop(runner, recorded=recorded["shapes"])
@@ -362,7 +371,10 @@ def _stand_in_loop(rt: runtime.SchedulerRuntime, runner: Any, original: Callable
         if layout != recorded.get("region"):
             raise MismatchError(f"after the prefill loop the region's cursor and live bytes are {layout}, at SAVE "
                                 f"{recorded.get('region')}")
+        if not agreement.answer(True):
+            raise MismatchError("another rank could not place its prefill graphs; every rank captures")
     except FoundryError as exc:
+        agreement.answer(False)  # (a no-op when answered)
         _clear(runner.backend)
         # Blocks may be claimed already: an archive saved in this start would not match a LOAD.
         rt.prefill_problem = (f"the prefill graphs cannot be placed: {exc} (an archive saved with {modes.PREFILL_FLAG} "

@@ -45,6 +45,8 @@ _BCG = "sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.brea
 _PCGR = "sglang.srt.model_executor.runner.prefill_cuda_graph_runner"
 _BCGB = "sglang.srt.model_executor.runner_backend.breakable_cuda_graph_backend"
 _TCD = "sglang.srt.compilation.torch_compile_decoration"
+_PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
+_SYMM_AG = "sglang.srt.distributed.device_communicators.triton_symm_mem_ag"
 
 SEAMS: tuple[Seam, ...] = (
     # ---- plugin loading and processes ------------------------------------------------------
@@ -95,6 +97,16 @@ SEAMS: tuple[Seam, ...] = (
     Seam("worker.torch_distributed", _RUNNER, "ModelRunner.init_torch_distributed", "method", params=("self",),
          calls=("bootstrap.init_torch_distributed",), required=False,
          purpose="0.5.17: where the scheduler reaches NCCL, after ModelRunner.__init__ set the device"),
+    # Tensor parallel (FOUNDRY_SGLANG_TENSOR_PARALLEL=1): NCCL's all-reduce only, and the ranks'
+    # agreements (ranks.py).
+    Seam("parallel.custom_all_reduce", _PARALLEL_STATE, "set_custom_all_reduce", "function", params=("enable",),
+         purpose="turned off at the NCCL seam before the groups are made: the custom all-reduce bakes peers' "
+                 "symmetric-memory addresses into the graphs"),
+    Seam("parallel.world_group", _PARALLEL_STATE, "get_world_group", "function",
+         purpose="its gloo communicator (cpu_group) carries the ranks' LOAD agreements"),
+    Seam("comm.multimem_gather", _SYMM_AG, "MultimemAllGatherer._build", "method", params=("self", "x"),
+         purpose="made to answer None (NCCL's all-gather) with tensor parallel: its multimem kernel writes to a "
+                 "multicast address, and its buffer is made at the first eager call, which LOAD never makes"),
     # ---- KV cache --------------------------------------------------------------------------
     Seam("kv.resolve", _KVC, "KVCacheConfigurator._resolve_memory_pool_config", "method",
          params=("self", "pre_model_load_memory"), calls=("self._profile_available_bytes",),
@@ -214,8 +226,9 @@ TABLE = SeamTable(
     engine="SGLang", package="sglang", tested_versions=TESTED_VERSIONS, seams=SEAMS,
     # Only read or recognised, never wrapped: load_plugins is called from other modules,
     # run_scheduler_process is a spawn target, not a call, and the breakable graph's functions are
-    # read (eager_on_graph's closures) or called (_copy_output); torch.compile's are only checked.
-    read_only_modules=("sglang.srt.plugins", _SCHEDULER, _BCG, _TCD),
+    # read (eager_on_graph's closures) or called (_copy_output); torch.compile's are only checked;
+    # parallel_state's switch and world group are only called.
+    read_only_modules=("sglang.srt.plugins", _SCHEDULER, _BCG, _TCD, _PARALLEL_STATE),
 )
 
 BY_NAME: dict[str, Seam] = TABLE.by_name

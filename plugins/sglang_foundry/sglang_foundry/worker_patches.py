@@ -31,7 +31,7 @@ from typing import Any
 from foundry_core.engine import Mode, preload_active, resolve_settings, warm_triton_key
 from foundry_core.errors import MismatchError, StateError
 
-from sglang_foundry import jit_caches, modes, patching, runtime
+from sglang_foundry import jit_caches, modes, patching, ranks, runtime
 
 logger = logging.getLogger("foundry.sglang")
 
@@ -76,6 +76,7 @@ def wrap_parallel_groups(original: Callable[..., Any]) -> Callable[..., Any]:
         rt = runtime.start(server_args, scheduler_rank(kwargs), kwargs.get("model_config"))
         if rt is None:
             return original(*args, **kwargs)
+        use_nccl_all_reduce(server_args)
         jit_caches.begin(rt)  # LOAD: the archive's JIT caches placed on a thread while SGLang loads the model
         if rt.mode is Mode.LOAD:
             warm_triton_key()  # while SGLang loads the model; LOAD skips the warmup that computed it
@@ -85,6 +86,23 @@ def wrap_parallel_groups(original: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return _init_parallel_groups
+
+
+def use_nccl_all_reduce(server_args: Any) -> None:
+    """With tensor parallel, every all-reduce through NCCL, whose calls a LOAD makes again
+    (docs/multi-gpu.md): SGLang's custom all-reduce off before the groups are made (it bakes the
+    peers' symmetric-memory addresses into the graphs), and the logits' multimem all-gather
+    answering NCCL's all-gather. The other paths are refused in modes.py."""
+    if int(modes.setting(server_args, "tp_size", 1)) <= 1:
+        return
+    patching.resolve("parallel.custom_all_reduce")(False)
+    patching.install("comm.multimem_gather", lambda original: _no_multimem_state)
+    logger.info("foundry: custom all-reduce off (tensor parallel all-reduces through NCCL)")
+
+
+def _no_multimem_state(self: Any, x: Any) -> None:
+    """``MultimemAllGatherer._build`` answering None: that gatherer then uses NCCL's all-gather."""
+    return None
 
 
 # ---- 2. KV sizing --------------------------------------------------------------------------------
@@ -130,27 +148,42 @@ def _recorded_pool_config(rt: runtime.SchedulerRuntime) -> tuple[Any, Any]:
     return fields, build_pool_config(fields)
 
 
+def _agreed_pool_config(rt: runtime.SchedulerRuntime) -> Any:
+    """LOAD's first agreement (ranks.py): the MemoryPoolConfig SAVE recorded when every rank LOADs
+    and can use its record (SGLang's profiling, with its all-reduce, is skipped), else None (this
+    rank profiles, after falling back if it was loading)."""
+    fields: Mapping[str, Any] = {}
+    config = problem = None
+    if ranks.loading(rt):
+        try:
+            fields, config = _recorded_pool_config(rt)
+        except MismatchError as exc:
+            problem = exc
+    if not ranks.agree(rt, problem is None, "at the KV pool"):
+        if problem is not None and rt.mode is Mode.LOAD:
+            rt.fall_back(problem)
+        return None
+    warm_triton_key()  # if Triton was not imported yet at the NCCL seam
+    rt.skipped("KV-cache memory profiling")
+    rt.adapter.state[POOL_CONFIG_KEY] = dict(fields)
+    logger.info("foundry: KV pool of %s tokens, as recorded at SAVE (no memory profiling)",
+                fields.get("max_total_num_tokens"))
+    return config
+
+
 def wrap_resolve_memory_pool_config(original: Callable[..., Any]) -> Callable[..., Any]:
     def _resolve_memory_pool_config(self: Any, *args: Any, **kwargs: Any) -> Any:
         rt = runtime.current()
-        if rt is None or not rt.region_open or getattr(self, "is_draft_worker", False):
+        if rt is None or getattr(self, "is_draft_worker", False):
             return original(self, *args, **kwargs)
-        if getattr(self, "mambaish_config", None) is not None:
+        if rt.region_open and getattr(self, "mambaish_config", None) is not None:
             # Its sizing path overrides runtime-context values (max Mamba cache) that LOAD would skip.
             raise modes.refuse("hybrid Mamba / linear-attention models are not supported")
-        if rt.mode is Mode.LOAD:
-            try:
-                fields, config = _recorded_pool_config(rt)
-            except MismatchError as exc:
-                rt.fall_back(exc)
-            else:
-                warm_triton_key()  # if Triton was not imported yet at the NCCL seam
-                rt.skipped("KV-cache memory profiling")
-                rt.adapter.state[POOL_CONFIG_KEY] = dict(fields)
-                logger.info("foundry: KV pool of %s tokens, as recorded at SAVE (no memory profiling)",
-                            fields.get("max_total_num_tokens"))
-                return config
-        if not rt.region_open:  # an explicit LOAD that fell back: SGLang alone from here
+        if ranks.may_load(rt):
+            recorded = _agreed_pool_config(rt)
+            if recorded is not None:
+                return recorded
+        if not rt.region_open:  # Foundry off here, or a LOAD that fell back: SGLang alone from here
             return original(self, *args, **kwargs)
         with runtime.timed("KV-cache memory profiling"), rt.paused():
             config = original(self, *args, **kwargs)
