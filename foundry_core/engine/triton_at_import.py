@@ -12,15 +12,16 @@ scheduler exists: the H200's cold LOAD starts showed their first log line and th
 imports each 1.4-1.6 s later than the warm ones.
 
 - SAVE, in the worker once it has run: :func:`tree` names the key directory of every Triton
-  module mapped into the process from Triton's own cache directory. ``cuda_utils`` is among them:
-  a forked worker maps what the fork server's imports loaded. They are carried as :data:`CACHE`.
+  module mapped into the process from Triton's own cache directory that the carrier never heard
+  of, so loaded before it was installed: ``cuda_utils``, which a forked worker maps because the
+  fork server's imports loaded it. They are carried as :data:`CACHE`.
 - LOAD, in the fork server before its imports: :func:`place_from_environ` copies them into
   Triton's cache directory where this host lacks them, from the archive the main process named in
   :data:`ARCHIVE_ENV`. The main process reaches the same import seconds later, after torch, and
   finds the module there.
 
-Only the standard library is imported until there is something to place: the fork server runs
-this before it imports anything else.
+Only the standard library is imported until there is an archive to place from: the fork server
+runs this before it imports anything else.
 """
 
 from __future__ import annotations
@@ -50,26 +51,31 @@ def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(home, ".triton", "cache")
 
 
-def loaded_keys(home: str | os.PathLike, mapped: Iterable[Path]) -> tuple[str, ...]:
-    """The keys (directory names under ``home``) of the Triton modules among ``mapped`` files."""
+def loaded_keys(home: str | os.PathLike, mapped: Iterable[Path], looked_up: Iterable[str] = ()) -> tuple[str, ...]:
+    """The keys (directory names under ``home``) of the Triton modules among ``mapped`` files,
+    less those in ``looked_up`` (the keys the worker's carrier heard of, which it carries itself)."""
     root = os.path.realpath(home)
     keys = set()
     for path in mapped:
+        if not path.name.endswith(MODULE_SUFFIX):
+            continue
         parent = os.path.dirname(os.path.realpath(path))
-        if path.name.endswith(MODULE_SUFFIX) and os.path.dirname(parent) == root:
+        if os.path.dirname(parent) == root:
             keys.add(os.path.basename(parent))
-    return tuple(sorted(keys))
+    return tuple(sorted(keys - set(looked_up)))
 
 
-def tree(home: str | os.PathLike | None = None, mapped: Iterable[Path] | None = None) -> Any:
+def tree(home: str | os.PathLike | None = None, mapped: Iterable[Path] | None = None,
+         looked_up: Iterable[str] = ()) -> Any:
     """SAVE: the :class:`~foundry_core.engine.host_caches.CacheTree` of the Triton modules this
-    process maps from ``home`` (default: :func:`cache_dir`), each key directory whole."""
+    process maps from ``home`` (default: :func:`cache_dir`) and its carrier did not look up
+    (``looked_up``: their keys), each key directory whole."""
     from foundry_core.engine.host_caches import CacheTree
     from foundry_core.engine.jit_dirs import mapped_files
 
     root = Path(home) if home is not None else cache_dir()
     files = mapped_files() if mapped is None else mapped
-    return CacheTree(CACHE, root, used=loaded_keys(root, files), unit=lambda rel: rel.partition("/")[0])
+    return CacheTree(CACHE, root, used=loaded_keys(root, files, looked_up), unit=lambda rel: rel.partition("/")[0])
 
 
 def place(archive: str | os.PathLike, target: str | os.PathLike | None = None) -> Any:

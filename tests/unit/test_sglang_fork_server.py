@@ -324,13 +324,21 @@ def test_a_load_places_tritons_modules_built_at_import_before_the_fork_servers_i
     assert child["status"]["before"].endswith("1 files (0.0 MiB) copied, 0 present")
 
 
-def test_a_failing_step_before_the_imports_is_written_and_the_imports_go_on(tmp_path):
+def test_a_failing_step_before_the_imports_is_written_and_the_imports_go_on(tmp_path, monkeypatch):
     def broken() -> str:
         raise ValueError("bad archive path")
 
+    monkeypatch.setattr(preload, "unsafe_reason", lambda *a, **k: None)  # other tests' threads aside
     status = preload.run(modules=("json",), path=str(tmp_path / "status.json"), before=broken)
-    assert status["safe"] is True
+    assert status["safe"] is True  # the imports went on
     assert status["before"] == "the step before the imports failed (ValueError: bad archive path)"
+
+
+def test_a_step_after_the_imports_that_leaves_a_thread_makes_the_fork_server_unsafe(tmp_path, monkeypatch):
+    answers = iter([None, "the imports started threads in the fork server (a step's thread)"])
+    monkeypatch.setattr(preload, "unsafe_reason", lambda *a, **k: next(answers))
+    status = preload.run(modules=("json",), path=str(tmp_path / "status.json"), after=lambda: "started a thread")
+    assert status["safe"] is False and "a step's thread" in status["why"]
 
 
 def test_an_unsafe_fork_server_makes_the_child_spawn_and_says_why(tmp_path):
@@ -627,10 +635,14 @@ def test_what_the_fork_server_did_around_its_imports_is_said_once(caplog):
     assert caplog.text.count("the fork server, after importing SGLang: key computed") == 1
 
 
-def test_the_step_after_the_imports_runs_only_in_a_process_safe_to_fork_from(tmp_path):
+def test_the_step_after_the_imports_runs_only_in_a_process_safe_to_fork_from(tmp_path, monkeypatch):
     ran: list[str] = []
+    checked: list[str] = []
+    # This test process may run threads of other tests: the checks answer for a clean fork server.
+    monkeypatch.setattr(preload, "unsafe_reason", lambda *a, **k: checked.append("checked") or None)
     status = preload.run(modules=("json",), path=str(tmp_path / "s.json"), after=lambda: ran.append("x") or "done")
     assert status["safe"] is True and status["after"] == "done" and ran == ["x"]
+    assert checked == ["checked", "checked"]  # after the imports, and again after the step
     status = preload.run(modules=("no_such_module_here",), path=str(tmp_path / "s.json"),
                          after=lambda: ran.append("y") or "done")
     assert status["safe"] is False and status["after"] == "" and ran == ["x"]

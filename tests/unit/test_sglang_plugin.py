@@ -470,6 +470,8 @@ FAKE_SOURCES = {
     "sglang.srt.model_executor.runner_backend.full_cuda_graph_backend": """
         import torch
 
+        from sglang import LOG
+
         class FullCudaGraphBackend:
             def __init__(self, cuda_graph_runner, *, enable_memory_saver=False):
                 self._graphs = {}
@@ -479,6 +481,7 @@ FAKE_SOURCES = {
 
             def capture_one(self, shape_key, forward_fn, capture_inputs=None, post_warmup_hook=None):
                 for _ in range(2):
+                    LOG.append("tp_barrier")  # self._tp_group.barrier(): meets the other ranks, in LOAD too
                     forward_fn()
                     if post_warmup_hook is not None:
                         post_warmup_hook()

@@ -53,6 +53,8 @@ def test_only_modules_in_key_directories_of_tritons_cache_are_named(tmp_path):
     mapped = [home / KEY / f"cuda_utils{SUFFIX}", home / KEY / "deeper" / f"x{SUFFIX}",
               home / "KERNEL" / "kernel.cubin", tmp_path / f"elsewhere{SUFFIX}", home / f"top{SUFFIX}"]
     assert tai.loaded_keys(home, mapped) == (KEY,)
+    # A module the worker's carrier looked up (a launcher it built) is the carrier's to carry.
+    assert tai.loaded_keys(home, mapped, looked_up=[KEY]) == ()
 
 
 def test_save_carries_the_mapped_module_and_load_places_it_where_the_host_lacks_it(tmp_path):

@@ -260,7 +260,10 @@ def run(modules: Sequence[str], path: str | None = None, before: Callable[[], st
         why = import_all(modules, timings=timings, kept=kept)
     except BaseException as exc:  # noqa: BLE001 - see the module docstring
         why = f"the imports failed ({type(exc).__name__}: {exc})"
-    then = _step(after, "after the imports") if why is None else ""
+    then = ""
+    if why is None and after is not None:
+        then = _step(after, "after the imports")
+        why = unsafe_reason()  # the step must have left it safe too (no thread, no CUDA)
     status = {"safe": why is None, "why": why or "", "import_s": round(time.perf_counter() - start, 3),
               "pid": os.getpid(), "kept": kept, "before": did, "after": then,
               **{k: round(v, 3) for k, v in timings.items()}}

@@ -321,27 +321,28 @@ def loop_without_gc(seam_name: str = "cg.freeze_gc") -> Iterator[None]:
 
 def _restore(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., Any], args: tuple,
              kwargs: dict) -> Any:
-    """The decode loop without forwards, then the archive's graphs in SGLang's tables; every rank
-    answers the last agreement (ranks.py) once, wherever it stops."""
-    with ranks.Agreement(rt) as agreement:
-        return _restore_agreed(rt, runner, original, args, kwargs, agreement)
+    """The archive loaded, SGLang's decode loop without forwards, then the archive's graphs in its
+    tables. Every rank answers two agreements (ranks.py), each once wherever it stops: before the
+    loop, which meets the other ranks at a barrier per shape (all run it or none), and after it."""
+    with ranks.Agreement(rt) as before_loop:
+        recorded = rt.recorded_adapter_state()
+        instantiate, threads = options.instantiate_mode()
+        loaded_archive = rt.load_archive(instantiate, threads)  # None: the session fell back (and said why)
+        problem = None if loaded_archive is None else _plan_problem(runner, recorded,
+                                                                     {g.name: g for g in loaded_archive[0]})
+        if not before_loop.answer(loaded_archive is not None and problem is None):
+            if loaded_archive is not None:
+                rt.fall_back(MismatchError(problem or "another rank could not load its archive; every rank captures"))
+            return FALLBACK
+    assert loaded_archive is not None
+    with ranks.Agreement(rt) as after_loop:
+        return _restore_loop(rt, runner, original, args, kwargs, recorded, *loaded_archive, instantiate, after_loop)
 
 
-def _restore_agreed(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., Any], args: tuple,
-                    kwargs: dict, agreement: ranks.Agreement) -> Any:
-    recorded = rt.recorded_adapter_state()
-    instantiate, threads = options.instantiate_mode()
-    loaded_archive = rt.load_archive(instantiate, threads)
-    if loaded_archive is None:  # the session fell back already (and logged why)
-        agreement.answer(False)
-        return FALLBACK
-    archive, loaded = loaded_archive
+def _restore_loop(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., Any], args: tuple,
+                  kwargs: dict, recorded: Mapping[str, Any], archive: Any, loaded: float, instantiate: str,
+                  agreement: ranks.Agreement) -> Any:
     by_name = {g.name: g for g in archive}
-    problem = _plan_problem(runner, recorded, by_name)
-    if problem is not None:
-        agreement.answer(False)
-        rt.fall_back(MismatchError(problem))
-        return FALLBACK
 
     loop = CaptureLoop(runner)
     rt.loop = loop

@@ -61,4 +61,4 @@ def start(preload: Sequence[str] = (PRELOAD_MODULE,)) -> str:
     modules built at import from (:mod:`foundry_core.engine.triton_at_import`: SGLang's imports
     build one); returns its status file."""
     return client.start(preload, "SGLang", CHILD_NAMES,
-                        environ=triton_at_import.fork_server_environ(sys.argv, os.environ))
+                        environ=triton_at_import.fork_server_environ(getattr(sys, "orig_argv", sys.argv), os.environ))

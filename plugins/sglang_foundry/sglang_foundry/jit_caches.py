@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import Any
 from pathlib import Path
 
 from foundry_core.engine import Mode, flashinfer_builds, host_caches, jit_dirs, triton_at_import
@@ -111,18 +112,19 @@ def carried(rt: runtime.SchedulerRuntime) -> CacheCarry | None:
     if where is None or rt.mode is not Mode.SAVE or not rt.saved:
         return None
     reset()  # one scheduler per process: a new start ends an earlier one's watch (tests)
-    home = rt.triton.home if rt.triton is not None else None
-    _carry = CacheCarry(HostCaches(*where), rt.triton, lambda: _used_trees(home), logger)
+    _carry = CacheCarry(HostCaches(*where), rt.triton, lambda: _used_trees(rt.triton), logger)
     if _carry.carry() is not None and (seconds := watch_seconds()) > 0:
         _carry.watch(seconds)
     return _carry
 
 
-def _used_trees(triton_home: str | None) -> list[host_caches.CacheTree]:
-    """The JIT trees and Triton's modules built at import (:mod:`~foundry_core.engine.triton_at_import`),
-    ``used`` from one read of this process's mapped files."""
+def _used_trees(triton: Any) -> list[host_caches.CacheTree]:
+    """The JIT trees and Triton's modules built at import (:mod:`~foundry_core.engine.triton_at_import`:
+    mapped, but never looked up through the Triton carrier ``triton``), ``used`` from one read of
+    this process's mapped files."""
     files = jit_dirs.mapped_files()
-    return [*jit_dirs.trees(mapped=files), triton_at_import.tree(triton_home, mapped=files)]
+    home, looked_up = (triton.home, list(triton.used.values())) if triton is not None else (None, [])
+    return [*jit_dirs.trees(mapped=files), triton_at_import.tree(home, mapped=files, looked_up=looked_up)]
 
 
 def reset() -> None:

@@ -193,7 +193,7 @@ def _parallel_problems(server_args: Any, environ: Mapping[str, str]) -> list[str
         if value == 1 or (name == "tp_size" and options.tensor_parallel(environ)):
             continue
         hint = (f" ({options.TENSOR_PARALLEL_ENV}=1 saves and restores it, experimental: not yet run on several GPUs)"
-                if name == "tp_size" else " (tensor parallel on one node is the only parallel layout in this version)")
+                if name == "tp_size" else " (one GPU, or tensor parallel on one node, in this version)")
         problems.append(f"{name}={value} is not supported{hint}")
     if setting(server_args, "tp_size", 1) == 1:
         return problems

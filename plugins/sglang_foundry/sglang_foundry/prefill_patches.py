@@ -371,14 +371,17 @@ def _stand_in_agreed(rt: runtime.SchedulerRuntime, runner: Any, original: Callab
         if layout != recorded.get("region"):
             raise MismatchError(f"after the prefill loop the region's cursor and live bytes are {layout}, at SAVE "
                                 f"{recorded.get('region')}")
-        if not agreement.answer(True):
-            raise MismatchError("another rank could not place its prefill graphs; every rank captures")
     except FoundryError as exc:
-        agreement.answer(False)  # (a no-op when answered)
+        agreement.answer(False)
+        problem = (f"the prefill graphs cannot be placed: {exc} (an archive saved with {modes.PREFILL_FLAG} restores "
+                   "the decode graphs)")
+    else:
+        problem = None if agreement.answer(True) else ("another rank could not place its prefill graphs; every rank "
+                                                       "captures")
+    if problem is not None:
         _clear(runner.backend)
         # Blocks may be claimed already: an archive saved in this start would not match a LOAD.
-        rt.prefill_problem = (f"the prefill graphs cannot be placed: {exc} (an archive saved with {modes.PREFILL_FLAG} "
-                              "restores the decode graphs)")
+        rt.prefill_problem = problem
         rt.fall_back(MismatchError(rt.prefill_problem))
         return capture_patches.FALLBACK
     rt.prefill = PrefillRestore(runner, recorded, original)

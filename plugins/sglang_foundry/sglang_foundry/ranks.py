@@ -4,16 +4,20 @@ A rank that captures runs collectives that a restoring peer never joins: the fre
 all-reduce of SGLang's KV profiling, the capture forwards' all-reduces. Both then wait forever.
 So wherever one rank alone may find that it cannot LOAD, all ranks agree first, on the world
 group's CPU (gloo) communicator, and fall back together, as vLLM's ranks do
-(``vllm_foundry/ranks.py``). There are four such points, in start-up order:
+(``vllm_foundry/ranks.py``). The points, in start-up order:
 
 1. the KV-pool seam, before SGLang's memory profiling. A rank whose archive or determinism
    boundary failed earlier answers no here;
 2. the start of the capture phase, after the KV pool (whose size a rank checks alone);
-3. the end of the prefill loop's stand-in (its placements, checked per rank);
-4. the end of the decode restore (the archive's graphs, checked per rank).
+3. the end of the prefill loop's stand-in (its placements, checked per rank; the stand-in meets
+   no other rank, so a rank that gives up early answers early);
+4. before the decode loop (the archive's graphs loaded): SGLang's loop meets the other ranks at a
+   barrier per shape, without forwards too, so every rank runs it or none;
+5. after the decode loop (the graphs installed in SGLang's tables).
 
-Every rank in mode load or auto answers each one exactly once, whatever its own state. One GPU
-answers alone, without a collective.
+The first two are answered by every rank in mode load or auto, whatever its own state; the others
+by every rank still loading, which after the second is every rank or none. Each rank answers each
+point once. One GPU answers alone, without a collective.
 """
 
 from __future__ import annotations
@@ -59,11 +63,12 @@ def all_ranks(rt: Any, ok: bool) -> bool:
     return bool(flag.item())
 
 
-def agree(rt: Any, ok: bool, where: str) -> bool:
-    """One agreement of a rank that may LOAD: True when every rank loads and ``ok`` holds on each;
-    otherwise a rank still loading falls back, saying that another rank does not LOAD ``where``."""
+def agree(rt: Any, ok: bool, where: str, agreement: Agreement | None = None) -> bool:
+    """One agreement of a rank that may LOAD (through ``agreement`` when given): True when every
+    rank loads and ``ok`` holds on each; otherwise a rank still loading falls back, saying that
+    another rank does not LOAD ``where``."""
     mine = loading(rt) and ok
-    if all_ranks(rt, mine):
+    if (agreement.answer(mine) if agreement is not None else all_ranks(rt, mine)):
         return True
     if mine:
         rt.fall_back(MismatchError(f"another rank does not LOAD ({where}); every rank captures"))
@@ -81,6 +86,7 @@ class Agreement:
 
     def answer(self, ok: bool) -> bool:
         if self.result is None:
+            self.result = False  # asked: a collective that raised is not asked again on the way out
             self.result = all_ranks(self.rt, ok)
         return self.result
 

@@ -98,13 +98,15 @@ SEAMS: tuple[Seam, ...] = (
          calls=("bootstrap.init_torch_distributed",), required=False,
          purpose="0.5.17: where the scheduler reaches NCCL, after ModelRunner.__init__ set the device"),
     # Tensor parallel (FOUNDRY_SGLANG_TENSOR_PARALLEL=1): NCCL's all-reduce only, and the ranks'
-    # agreements (ranks.py).
+    # agreements (ranks.py). Not required: one GPU needs none of them, and a tensor-parallel start
+    # without them fails naming the seam.
     Seam("parallel.custom_all_reduce", _PARALLEL_STATE, "set_custom_all_reduce", "function", params=("enable",),
+         required=False,
          purpose="turned off at the NCCL seam before the groups are made: the custom all-reduce bakes peers' "
                  "symmetric-memory addresses into the graphs"),
-    Seam("parallel.world_group", _PARALLEL_STATE, "get_world_group", "function",
+    Seam("parallel.world_group", _PARALLEL_STATE, "get_world_group", "function", required=False,
          purpose="its gloo communicator (cpu_group) carries the ranks' LOAD agreements"),
-    Seam("comm.multimem_gather", _SYMM_AG, "MultimemAllGatherer._build", "method", params=("self", "x"),
+    Seam("comm.multimem_gather", _SYMM_AG, "MultimemAllGatherer._build", "method", params=("self", "x"), required=False,
          purpose="made to answer None (NCCL's all-gather) with tensor parallel: its multimem kernel writes to a "
                  "multicast address, and its buffer is made at the first eager call, which LOAD never makes"),
     # ---- KV cache --------------------------------------------------------------------------

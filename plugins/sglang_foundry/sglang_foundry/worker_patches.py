@@ -154,12 +154,14 @@ def _agreed_pool_config(rt: runtime.SchedulerRuntime) -> Any:
     rank profiles, after falling back if it was loading)."""
     fields: Mapping[str, Any] = {}
     config = problem = None
-    if ranks.loading(rt):
-        try:
-            fields, config = _recorded_pool_config(rt)
-        except MismatchError as exc:
-            problem = exc
-    if not ranks.agree(rt, problem is None, "at the KV pool"):
+    with ranks.Agreement(rt) as agreement:  # answered (no) also when an error leaves the block
+        if ranks.loading(rt):
+            try:
+                fields, config = _recorded_pool_config(rt)
+            except MismatchError as exc:
+                problem = exc
+        agreed = ranks.agree(rt, problem is None, "at the KV pool", agreement)
+    if not agreed:
         if problem is not None and rt.mode is Mode.LOAD:
             rt.fall_back(problem)
         return None
