@@ -6,9 +6,7 @@ launch of a kernel the process has not loaded yet. An unmodified start pays it i
 warmup; LOAD skips that warmup, so the first Triton kernel the engine runs outside its graphs
 paid it at the worst place: SGLang 0.5.17's attention-metadata preparation in the decode loop,
 0.31-0.36 s of that loop's 0.42 s on the H200. The hashing reads files and releases the GIL, so a
-thread started while the engine loads its model takes it off the critical path, when the model
-load leaves it time. A fork server computes it once after its imports (:func:`compute_now`), so a
-process forked from it finds it cached and starts no thread.
+thread started while the engine loads its model takes it off the critical path.
 """
 
 from __future__ import annotations
@@ -41,13 +39,6 @@ def _key_function() -> Callable[[], Any] | None:
     return None
 
 
-def _cached(function: Callable[[], Any]) -> bool:
-    """Whether ``function`` (an ``lru_cache``) already holds its value: computed by the fork
-    server this process was forked from (:func:`compute_now`)."""
-    info = getattr(function, "cache_info", None)
-    return callable(info) and info().currsize > 0
-
-
 def _compute(function: Callable[[], Any]) -> None:
     with LEDGER.background("triton key thread cpu"):
         _compute_key(function)
@@ -72,27 +63,11 @@ def warm_triton_key() -> threading.Thread | None:
         if _thread is not None:
             return None
         function = _key_function()
-        if function is None or _cached(function):
+        if function is None:
             return None
         _thread = threading.Thread(target=_compute, args=(function,), name="foundry-triton-key", daemon=True)
         _thread.start()
         return _thread
-
-
-def compute_now() -> str:
-    """Computes Triton's key in this thread and says how long it took ("" when Triton is not
-    imported). For the fork server after its imports: every child forked from it then finds the
-    key cached, and no thread of its own has to race its model load for it (the tiny model's
-    LOAD reached the decode loop 2 s after the thread started, before the thread was done)."""
-    function = _key_function()
-    if function is None:
-        return ""
-    start = time.perf_counter()
-    try:
-        function()
-    except Exception as exc:  # noqa: BLE001 - the first kernel launch computes it and says what is wrong
-        return f"Triton's cache key not computed ({type(exc).__name__}: {exc})"
-    return f"Triton's cache key computed for the children in {time.perf_counter() - start:.2f} s"
 
 
 def reset() -> None:

@@ -334,13 +334,6 @@ def test_a_failing_step_before_the_imports_is_written_and_the_imports_go_on(tmp_
     assert status["before"] == "the step before the imports failed (ValueError: bad archive path)"
 
 
-def test_a_step_after_the_imports_that_leaves_a_thread_makes_the_fork_server_unsafe(tmp_path, monkeypatch):
-    answers = iter([None, "the imports started threads in the fork server (a step's thread)"])
-    monkeypatch.setattr(preload, "unsafe_reason", lambda *a, **k: next(answers))
-    status = preload.run(modules=("json",), path=str(tmp_path / "status.json"), after=lambda: "started a thread")
-    assert status["safe"] is False and "a step's thread" in status["why"]
-
-
 def test_an_unsafe_fork_server_makes_the_child_spawn_and_says_why(tmp_path):
     child, log = _run_driver(tmp_path, FAKE_SGLANG_THREAD="1")
     assert child["exitcode"] == 0
@@ -623,29 +616,14 @@ def test_the_forked_line_names_the_stand_ins_the_imports_kept(caplog):
            "cuda.current_device, which now call torch's own)" in caplog.text
 
 
-def test_what_the_fork_server_did_around_its_imports_is_said_once(caplog):
+def test_what_the_fork_server_did_before_its_imports_is_said_once(caplog):
     state = client._State()
     state.engine = "SGLang"
-    state._status = {"safe": True, "import_s": 18.5, "checks_s": 0.0, "kept": [], "before": "1 files placed",
-                     "after": "key computed"}
+    state._status = {"safe": True, "import_s": 18.5, "checks_s": 0.0, "kept": [], "before": "1 files placed"}
     with caplog.at_level(logging.INFO, logger="foundry.fork_server"):
         state.say_forked("scheduler")
         state.say_forked("detokenizer")
     assert caplog.text.count("the fork server, before importing SGLang: 1 files placed") == 1
-    assert caplog.text.count("the fork server, after importing SGLang: key computed") == 1
-
-
-def test_the_step_after_the_imports_runs_only_in_a_process_safe_to_fork_from(tmp_path, monkeypatch):
-    ran: list[str] = []
-    checked: list[str] = []
-    # This test process may run threads of other tests: the checks answer for a clean fork server.
-    monkeypatch.setattr(preload, "unsafe_reason", lambda *a, **k: checked.append("checked") or None)
-    status = preload.run(modules=("json",), path=str(tmp_path / "s.json"), after=lambda: ran.append("x") or "done")
-    assert status["safe"] is True and status["after"] == "done" and ran == ["x"]
-    assert checked == ["checked", "checked"]  # after the imports, and again after the step
-    status = preload.run(modules=("no_such_module_here",), path=str(tmp_path / "s.json"),
-                         after=lambda: ran.append("y") or "done")
-    assert status["safe"] is False and status["after"] == "" and ran == ["x"]
 
 
 def test_a_kept_answer_makes_the_fork_server_unsafe(monkeypatch, tmp_path):

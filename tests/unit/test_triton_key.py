@@ -67,37 +67,3 @@ def test_a_failing_key_is_left_to_triton(monkeypatch, caplog):
         triton_key.warm_triton_key().join(5)
     triton_key.reset()
     assert "could not be computed ahead: libtriton.so" in caplog.text
-
-
-def test_a_fork_server_computes_the_key_for_its_children_and_they_start_no_thread(monkeypatch):
-    """compute_now() runs Triton's lru_cache'd key in this thread (the fork server's, after its
-    imports); a process that then finds it cached (a child forked from there) starts no thread."""
-    import functools
-
-    calls: list[str] = []
-
-    @functools.lru_cache
-    def key() -> str:
-        calls.append(threading.current_thread().name)
-        return "3.6-abc"
-
-    module = types.ModuleType("triton.runtime.cache")
-    module.triton_key = key
-    monkeypatch.setitem(sys.modules, "triton.runtime.cache", module)
-    triton_key.reset()
-    said = triton_key.compute_now()
-    assert said.startswith("Triton's cache key computed for the children in ")
-    assert calls == [threading.current_thread().name]
-    assert triton_key.warm_triton_key() is None  # cached: no thread
-    assert calls == [threading.current_thread().name]
-    triton_key.reset()
-
-
-def test_compute_now_without_triton_or_with_a_failing_key(monkeypatch):
-    for name in triton_key.MODULES:
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    assert triton_key.compute_now() == ""
-    module = types.ModuleType("triton.runtime.cache")
-    module.triton_key = lambda: 1 / 0
-    monkeypatch.setitem(sys.modules, "triton.runtime.cache", module)
-    assert triton_key.compute_now() == "Triton's cache key not computed (ZeroDivisionError: division by zero)"

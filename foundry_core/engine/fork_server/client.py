@@ -172,10 +172,9 @@ class _State:
                         float(status.get("import_s", 0.0)), float(status.get("checks_s", 0.0)),
                         f"; the imports kept the stand-ins for torch's {', '.join(kept)}, which now call torch's own" if kept
                         else "")
-            for step in ("before", "after"):
-                if status.get(step) and step not in self._said:
-                    self._said.add(step)
-                    logger.info("foundry: the fork server, %s importing %s: %s", step, self.engine, status[step])
+            if status.get("before") and "before" not in self._said:
+                self._said.add("before")
+                logger.info("foundry: the fork server, before importing %s: %s", self.engine, status["before"])
 
     def say_once(self, what: str, reason: str) -> None:
         if reason not in self._said:

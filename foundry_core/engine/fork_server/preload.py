@@ -245,13 +245,11 @@ def _checked(answered: device_facts.Answers, watched: DriverWatch, timings: dict
     return why
 
 
-def run(modules: Sequence[str], path: str | None = None, before: Callable[[], str] | None = None,
-        after: Callable[[], str] | None = None) -> dict:
+def run(modules: Sequence[str], path: str | None = None, before: Callable[[], str] | None = None) -> dict:
     """Imports ``modules``, checks the process, writes the status (to ``path``, default the one
     :func:`~foundry_core.engine.fork_server.client.start` names); returns it. ``before()`` runs
-    first, ``after()`` once the imports left the process safe to fork from; each must start no
-    thread and says what it did, kept in the status as ``before`` and ``after`` (its time is part
-    of ``import_s``)."""
+    first (it must start no thread: the checks after the imports would find it) and says what it
+    did, kept in the status as ``before``."""
     start = time.perf_counter()
     timings: dict[str, float] = {}
     kept: list[str] = []
@@ -260,13 +258,8 @@ def run(modules: Sequence[str], path: str | None = None, before: Callable[[], st
         why = import_all(modules, timings=timings, kept=kept)
     except BaseException as exc:  # noqa: BLE001 - see the module docstring
         why = f"the imports failed ({type(exc).__name__}: {exc})"
-    then = ""
-    if why is None and after is not None:
-        then = _step(after, "after the imports")
-        why = unsafe_reason()  # the step must have left it safe too (no thread, no CUDA)
     status = {"safe": why is None, "why": why or "", "import_s": round(time.perf_counter() - start, 3),
-              "pid": os.getpid(), "kept": kept, "before": did, "after": then,
-              **{k: round(v, 3) for k, v in timings.items()}}
+              "pid": os.getpid(), "kept": kept, "before": did, **{k: round(v, 3) for k, v in timings.items()}}
     path = path or os.environ.get(STATUS_ENV)
     if path:
         try:

@@ -4,7 +4,7 @@ from (:func:`foundry_core.engine.fork_server.preload.run`)."""
 
 from __future__ import annotations
 
-from foundry_core.engine import triton_at_import, triton_key
+from foundry_core.engine import triton_at_import
 from foundry_core.engine.fork_server import preload
 
 # What a scheduler and a detokenizer import before they do anything: their spawn targets' modules,
@@ -14,7 +14,6 @@ MODULES = ("sglang.srt.managers.scheduler", "sglang.srt.managers.detokenizer_man
            "sglang_foundry.worker_patches", "sglang_foundry.capture_patches", "sglang_foundry.prefill_patches")
 
 if preload.in_fork_server():
-    # Before: SGLang's imports build Triton's cuda_utils (server_args imports the fla kernels), so a
-    # LOAD on a new host places the archive's copy first. After: Triton's cache key (0.4 s of
-    # hashing) once here, inherited by every child, not on a thread in each scheduler.
-    preload.run(MODULES, before=triton_at_import.place_from_environ, after=triton_key.compute_now)
+    # SGLang's imports build Triton's cuda_utils (server_args imports the fla kernels): a LOAD on a
+    # new host places the archive's copy first.
+    preload.run(MODULES, before=triton_at_import.place_from_environ)

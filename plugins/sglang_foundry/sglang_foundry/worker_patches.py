@@ -5,9 +5,8 @@ In start-up order (SGLang 0.5.17; file:line in docs/engine-sglang.md):
 1. ``bootstrap._init_parallel_groups`` (called by name from ``init_torch_distributed``, once the
    device is set, never for a draft worker): refuses an unsupported configuration or a scheduler
    without the preload, then ``session.begin()`` (region set) before NCCL, and the determinism
-   boundary when it returns. LOAD starts computing Triton's cache key on a thread here unless the
-   fork server computed it (:mod:`foundry_core.engine.triton_key`): the warmup it skips is where
-   SGLang computed it. The
+   boundary when it returns. LOAD starts computing Triton's cache key on a thread here
+   (:mod:`foundry_core.engine.triton_key`): the warmup it skips is where SGLang computed it. The
    compile caches carried in the archive start here too (:mod:`sglang_foundry.jit_caches`).
 2. ``KVCacheConfigurator._resolve_memory_pool_config``: LOAD returns the ``MemoryPoolConfig`` SAVE
    recorded (no profiling); SAVE profiles as SGLang does, paused, and records the config's fields.
