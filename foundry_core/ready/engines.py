@@ -47,6 +47,8 @@ FOUNDRY_DURATIONS: dict[str, str] = {
     "foundry_restore_s": r"foundry: restored \d+ (?:decode )?graphs in ([\d.]+) s",
     "foundry_capture_s": r"foundry: captured \d+ (?:decode )?graphs in ([\d.]+) s",
     "fork_server_import_s": r"is forked from the fork server \(which imported \S+ in ([\d.]+) s",
+    # the part of those imports the fork server's driver watch took
+    "fork_server_watch_s": r"is forked from the fork server .*its driver watch over \d+ imports: ([\d.]+) s",
 }
 
 

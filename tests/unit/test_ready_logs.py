@@ -74,12 +74,14 @@ def test_phases_markers_and_durations_of_a_start(engine, log, phases, markers, d
     (engines.VLLM, "(APIServer pid=4100) INFO 12-03 11:02:13 [client.py:150] foundry: vLLM's engine core is forked from "
                    "the fork server (which imported vLLM in 17.42 s, its checks after the imports included: 0.01 s)"),
     (engines.SGLANG, "[2026-12-03 11:02:13] foundry: SGLang's scheduler is forked from the fork server (which imported "
-                     "SGLang in 17.42 s, its checks after the imports included: 0.01 s)"),
+                     "SGLang in 17.42 s, its checks after the imports included: 0.01 s, its driver watch over 8123 "
+                     "imports: 0.31 s)"),
 ])
 def test_a_child_forked_from_the_fork_server_is_marked_with_the_servers_import_time(engine, line):
     found = logparse.parse(engine, [(30.5, line)])
     assert found.markers["foundry_forked"] == 30.5
     assert found.durations["fork_server_import_s"] == 17.42
+    assert found.durations.get("fork_server_watch_s") == (0.31 if engine is engines.SGLANG else None)  # older line
 
 
 def test_a_spawned_child_is_not_marked_forked():

@@ -609,11 +609,20 @@ def test_a_stand_in_kept_by_an_object_or_a_class_body_calls_torchs_own(monkeypat
 
 def test_the_forked_line_names_the_stand_ins_the_imports_kept(caplog):
     state = client._State()
-    state._status = {"safe": True, "import_s": 18.5, "checks_s": 0.01, "kept": ["cuda.current_device"]}
+    state._status = {"safe": True, "import_s": 18.5, "checks_s": 0.01, "kept": ["cuda.current_device"],
+                     "watch_s": 0.31, "watch_imports": 8123}
     with caplog.at_level(logging.INFO, logger="foundry.fork_server"):
         state.say_forked("scheduler")
-    assert "checks after the imports included: 0.01 s; the imports kept the stand-ins for torch's " \
-           "cuda.current_device, which now call torch's own)" in caplog.text
+    assert "checks after the imports included: 0.01 s, its driver watch over 8123 imports: 0.31 s; the imports kept " \
+           "the stand-ins for torch's cuda.current_device, which now call torch's own)" in caplog.text
+
+
+def test_the_status_says_what_the_driver_watch_cost_the_imports(tmp_path, monkeypatch):
+    _write_modules(tmp_path, monkeypatch, {"watched_a": "import watched_b\n", "watched_b": "B = 1\n"})
+    timings: dict[str, float] = {}
+    preload.import_all(["watched_a"], answers=lambda: contextlib.nullcontext(device_facts.Answers()),
+                       watch=lambda: preload.DriverWatch(initialised=lambda: False), timings=timings)
+    assert timings["watch_imports"] == 2 and timings["watch_s"] > 0
 
 
 def test_what_the_fork_server_did_before_its_imports_is_said_once(caplog):

@@ -168,8 +168,10 @@ class _State:
             status = self.status()
             kept = status.get("kept") or []
             logger.info("foundry: %s's %s is forked from the fork server (which imported %s in %.2f s, "
-                        "its checks after the imports included: %.2f s%s)", self.engine, what, self.engine,
-                        float(status.get("import_s", 0.0)), float(status.get("checks_s", 0.0)),
+                        "its checks after the imports included: %.2f s, its driver watch over %d imports: %.2f s%s)",
+                        self.engine, what, self.engine, float(status.get("import_s", 0.0)),
+                        float(status.get("checks_s", 0.0)), int(status.get("watch_imports", 0)),
+                        float(status.get("watch_s", 0.0)),
                         f"; the imports kept the stand-ins for torch's {', '.join(kept)}, which now call torch's own" if kept
                         else "")
             if status.get("before") and "before" not in self._said:

@@ -103,6 +103,8 @@ class DriverWatch:
         self.stop = stop
         self.culprit: str | None = None
         self._last: str | None = None
+        self.probes = 0  # imports seen, and the seconds their probes took: part of the imports' time
+        self.probe_s = 0.0
 
     def __enter__(self) -> DriverWatch:
         if self.initialised():
@@ -118,7 +120,11 @@ class DriverWatch:
     def find_spec(self, fullname: str, path=None, target=None) -> None:
         # (Not removed from sys.meta_path here: importlib is iterating over it.)
         if self.culprit is None:
-            if self.initialised():
+            start = time.perf_counter()
+            initialised = self.initialised()
+            self.probes += 1
+            self.probe_s += time.perf_counter() - start
+            if initialised:
                 since = f"between importing {self._last} and" if self._last else "before"
                 self.culprit = f"{since} importing {fullname}, in {importing_chain(sys._getframe(1))}"
                 others = other_threads()
@@ -200,7 +206,8 @@ def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager]
     """Imports ``modules`` with the device queries answered from NVML; returns why the process is
     not safe to fork from, or None. Stops at the import that finds the driver initialised.
     ``timings`` gets ``checks_s``: the seconds of the checks after the imports (part of the
-    import time the status reports), and each check's own (:data:`CHECKS`); ``kept`` the queries
+    import time the status reports), and each check's own (:data:`CHECKS`), and ``watch_s`` /
+    ``watch_imports``: what the driver watch's probes took during the imports; ``kept`` the queries
     whose stand-in an import kept (each calls torch's own function now)."""
     try:
         with answers() as answered, nvml_device_count(), watch() as watched:
@@ -210,6 +217,7 @@ def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager]
         return f"the imports initialised the CUDA driver in the fork server; it happened {found} " \
                "(the fork server stopped importing there)"
     timings = timings if timings is not None else {}
+    timings["watch_s"], timings["watch_imports"] = watched.probe_s, watched.probes
     with _timed(timings, "checks_s"):
         if kept is not None:
             kept.extend(device_facts.kept_stand_ins(answered))
