@@ -87,14 +87,22 @@ def flag_value(argv: Sequence[str], flag: str) -> str | None:
     return value
 
 
+def requested(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[str, str | None]:
+    """(mode, archive) the command asks for: each from its flag, else ``FOUNDRY_MODE`` /
+    ``FOUNDRY_ARCHIVE``; the mode lower-cased ("" when neither says), the archive None when
+    neither names one (a flag without a value names "")."""
+    mode = flag_value(argv, MODE_FLAG)
+    mode = (mode if mode is not None else environ.get("FOUNDRY_MODE", "")).strip().lower()
+    archive = flag_value(argv, ARCHIVE_FLAG)
+    if archive is None:
+        archive = environ.get("FOUNDRY_ARCHIVE", "").strip() or None
+    return mode, archive
+
+
 def wants_foundry(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
     """Whether the command asks for Foundry (an archive, and a mode other than off)."""
-    mode = flag_value(argv, MODE_FLAG)
-    if mode is None:
-        mode = environ.get("FOUNDRY_MODE", "")
-    if mode.strip().lower() == "off":
-        return False
-    return flag_value(argv, ARCHIVE_FLAG) is not None or bool(environ.get("FOUNDRY_ARCHIVE", "").strip())
+    mode, archive = requested(argv, environ)
+    return mode != "off" and archive is not None
 
 
 def preloaded(environ: Mapping[str, str]) -> bool:

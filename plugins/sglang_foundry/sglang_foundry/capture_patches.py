@@ -328,21 +328,21 @@ def _restore(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., 
         recorded = rt.recorded_adapter_state()
         instantiate, threads = options.instantiate_mode()
         loaded_archive = rt.load_archive(instantiate, threads)  # None: the session fell back (and said why)
-        problem = None if loaded_archive is None else _plan_problem(runner, recorded,
-                                                                     {g.name: g for g in loaded_archive[0]})
+        by_name = {g.name: g for g in loaded_archive[0]} if loaded_archive is not None else {}
+        problem = None if loaded_archive is None else _plan_problem(runner, recorded, by_name)
         if not before_loop.answer(loaded_archive is not None and problem is None):
             if loaded_archive is not None:
                 rt.fall_back(MismatchError(problem or "another rank could not load its archive; every rank captures"))
             return FALLBACK
     assert loaded_archive is not None
     with ranks.Agreement(rt) as after_loop:
-        return _restore_loop(rt, runner, original, args, kwargs, recorded, *loaded_archive, instantiate, after_loop)
+        return _restore_loop(rt, runner, original, args, kwargs, recorded, by_name, *loaded_archive, instantiate,
+                             after_loop)
 
 
 def _restore_loop(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[..., Any], args: tuple,
-                  kwargs: dict, recorded: Mapping[str, Any], archive: Any, loaded: float, instantiate: str,
-                  agreement: ranks.Agreement) -> Any:
-    by_name = {g.name: g for g in archive}
+                  kwargs: dict, recorded: Mapping[str, Any], by_name: Mapping[str, Any], archive: Any, loaded: float,
+                  instantiate: str, agreement: ranks.Agreement) -> Any:
 
     loop = CaptureLoop(runner)
     rt.loop = loop

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from foundry_core.engine import Mode
+from foundry_core.engine.agreement import all_agree
 from foundry_core.errors import MismatchError
 
 from sglang_foundry import patching
@@ -54,13 +55,7 @@ def all_ranks(rt: Any, ok: bool) -> bool:
     it at the same point, once per decision."""
     if world_size(rt) <= 1:
         return ok
-    import torch
-    import torch.distributed as dist
-
-    get_world_group = patching.resolve("parallel.world_group")
-    flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=get_world_group().cpu_group)
-    return bool(flag.item())
+    return all_agree(ok, patching.resolve("parallel.world_group")().cpu_group)
 
 
 def agree(rt: Any, ok: bool, where: str, agreement: Agreement | None = None) -> bool:

@@ -30,6 +30,7 @@ import os
 from typing import Any
 
 from foundry_core.engine import Mode
+from foundry_core.engine.agreement import all_agree
 from foundry_core.errors import InvalidArgumentError, StateError
 
 from vllm_foundry import patching, seams
@@ -142,10 +143,5 @@ def all_ranks(rt: Any, ok: bool) -> bool:
     rank must call it at the same point, exactly once per decision; one GPU answers alone."""
     if world_size(rt.adapter.config) <= 1:
         return ok
-    import torch
-    import torch.distributed as dist
-
     _, _, get_world_group = patching.resolve(seams.BY_NAME["parallel.world_group"])
-    flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=get_world_group().cpu_group)
-    return bool(flag.item())
+    return all_agree(ok, get_world_group().cpu_group)
