@@ -82,21 +82,19 @@ def place(archive: str | os.PathLike, target: str | os.PathLike | None = None) -
     """LOAD: copies the archive's :data:`CACHE` modules (rank 0's list: every rank's imports build
     the same ones) into ``target`` (default: :func:`cache_dir`) where it lacks them, each key
     directory whole; returns the :class:`~foundry_core.engine.host_caches.Copied`, or None when
-    the archive carries none. Never raises: a module not placed is built by Triton, as without
-    the archive."""
+    the archive carries none. A damaged carried file is refused with a warning; an OSError while
+    placing (a full disk) is raised, and the fork server's status says so. Either way Triton
+    builds the module, as without the archive."""
     from foundry_core.engine import host_caches
     from foundry_core.engine.layout import rank_dir
 
     if not host_caches.enabled():
         return None
-    try:
-        source = host_caches.HostCaches.read(archive, rank_dir(archive, 0))
-        if source is None or not source.paths(CACHE):
-            return None
-        return source.restore_tree(CACHE, target if target is not None else cache_dir(),
-                                   unit=lambda rel: rel.partition("/")[0])
-    except OSError:
+    source = host_caches.HostCaches.read(archive, rank_dir(archive, 0))
+    if source is None or not source.paths(CACHE):
         return None
+    return source.restore_tree(CACHE, target if target is not None else cache_dir(),
+                               unit=lambda rel: rel.partition("/")[0])
 
 
 def fork_server_environ(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
@@ -104,14 +102,12 @@ def fork_server_environ(argv: Sequence[str], environ: Mapping[str, str]) -> dict
     (absolute) when the command asks for a LOAD or an auto start (``--foundry-mode`` or
     ``FOUNDRY_MODE``, default auto) with an archive (``--foundry-archive`` or ``FOUNDRY_ARCHIVE``);
     else nothing."""
-    from foundry_core.autopreload import ARCHIVE_FLAG, MODE_FLAG, flag_value
+    from foundry_core.autopreload import requested
 
-    mode = flag_value(argv, MODE_FLAG)
-    mode = (mode if mode is not None else environ.get("FOUNDRY_MODE", "")).strip().lower() or "auto"
-    archive = flag_value(argv, ARCHIVE_FLAG)
-    archive = (archive if archive is not None else environ.get("FOUNDRY_ARCHIVE", "")).strip()
-    if mode not in ("auto", "load") or not archive:
+    mode, archive = requested(argv, environ)
+    if (mode or "auto") not in ("auto", "load") or not archive or not archive.strip():
         return {}
+    archive = archive.strip()
     return {ARCHIVE_ENV: os.path.abspath(os.path.expanduser(archive))}
 
 

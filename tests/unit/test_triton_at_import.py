@@ -119,3 +119,16 @@ def test_the_fork_servers_step_places_from_the_archive_it_was_told(tmp_path, mon
     said = tai.place_from_environ({tai.ARCHIVE_ENV: str(archive)})
     assert said == "Triton's modules built at import, from the archive: 1 files (0.0 MiB) copied, 0 present"
     assert (tmp_path / "host" / KEY / f"cuda_utils{SUFFIX}").is_file()
+
+
+def test_a_placement_that_fails_is_said_in_the_fork_servers_status(tmp_path, monkeypatch):
+    from foundry_core.engine.fork_server import preload
+
+    archive = _saved_archive(tmp_path, _triton_home(tmp_path))
+    (tmp_path / "not-a-directory").write_text("a file where Triton's cache should be")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "not-a-directory"))
+    monkeypatch.setenv(tai.ARCHIVE_ENV, str(archive))
+    monkeypatch.setattr(preload, "unsafe_reason", lambda *a, **k: None)  # other tests' threads aside
+    status = preload.run(modules=("json",), path=str(tmp_path / "status.json"), before=tai.place_from_environ)
+    assert status["before"].startswith("the step before the imports failed (NotADirectoryError")
+    assert status["safe"] is True  # the imports went on; Triton builds the module
