@@ -44,7 +44,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "foundry_core.engine.session": ("DEFAULT_REGION_SIZE", "DEFAULT_SCRATCH_SIZE", "EngineSession",
                                     "NativeRegionRuntime", "RegionRuntime", "fallback_enabled"),
     "foundry_core.engine.state": ("STATE_NAME", "EngineState", "read_state", "write_state"),
-    "foundry_core.engine.triton_key": ("warm_triton_key",),
+    "foundry_core.engine.triton_key": ("wait_triton_key", "warm_triton_key"),
     "foundry_core.engine.values": ("plain",),
     "foundry_core.engine.worker": ("DeviceOps", "WorkerRuntime", "timed"),
 }
@@ -72,7 +72,7 @@ __all__ = [
     "Seam", "SeamTable", "Patcher", "SeamError", "SeamResult", "check_sources", "check_installed", "directory_reader",
     "PluginContract",
     # a plugin's worker runtime
-    "WorkerRuntime", "DeviceOps", "timed", "warm_triton_key",
+    "WorkerRuntime", "DeviceOps", "timed", "wait_triton_key", "warm_triton_key",
     # capture helpers
     "graph_name", "tensor_addresses", "address_mismatch", "swapped", "PendingGraph", "NoCapture", "keep_graphs",
     "neutralised", "inference_mode",

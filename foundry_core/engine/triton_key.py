@@ -6,7 +6,10 @@ launch of a kernel the process has not loaded yet. An unmodified start pays it i
 warmup; LOAD skips that warmup, so the first Triton kernel the engine runs outside its graphs
 paid it at the worst place: SGLang 0.5.17's attention-metadata preparation in the decode loop,
 0.31-0.36 s of that loop's 0.42 s on the H200. The hashing reads files and releases the GIL, so a
-thread started while the engine loads its model takes it off the critical path.
+thread started while the engine loads its model takes it off the critical path. Where the model
+loads faster than the thread hashes (a small model), the first launch would compute the key again
+beside the thread (``lru_cache`` does not wait for a call in flight); :func:`wait_triton_key`
+before that launch waits for the thread's rest instead.
 """
 
 from __future__ import annotations
@@ -68,6 +71,24 @@ def warm_triton_key() -> threading.Thread | None:
         _thread = threading.Thread(target=_compute, args=(function,), name="foundry-triton-key", daemon=True)
         _thread.start()
         return _thread
+
+
+def wait_triton_key() -> float:
+    """Waits for the thread :func:`warm_triton_key` started, if it is still hashing, and returns
+    the seconds waited (0.0 when no thread runs). Call it just before the engine's first Triton
+    launch: the rest of the thread's hash is shorter than a second hash from the start. The wait is
+    the engine's own work done earlier (its warmup computes the key), so the ledger shows it beside
+    the critical path, not in it."""
+    with _lock:
+        thread = _thread
+    if thread is None or not thread.is_alive():
+        return 0.0
+    start = time.perf_counter()
+    with LEDGER.engine_work("triton key wait"):
+        thread.join()
+    waited = time.perf_counter() - start
+    logger.info("foundry: waited %.2f s for Triton's cache key (computed ahead on a thread)", waited)
+    return waited
 
 
 def reset() -> None:

@@ -67,3 +67,35 @@ def test_a_failing_key_is_left_to_triton(monkeypatch, caplog):
         triton_key.warm_triton_key().join(5)
     triton_key.reset()
     assert "could not be computed ahead: libtriton.so" in caplog.text
+
+
+def test_waiting_without_a_thread_returns_at_once(fake_triton):
+    assert triton_key.wait_triton_key() == 0.0
+    assert fake_triton == []
+
+
+def test_waiting_joins_a_thread_still_hashing(monkeypatch, caplog):
+    """The first launch must not hash a second time beside the thread: the wait ends only when
+    the thread's key is there, and the ledger shows it beside the total, not in it."""
+    from foundry_core.engine.critical_path import Ledger
+
+    release = threading.Event()
+    done: list[str] = []
+    module = types.ModuleType("triton.runtime.cache")
+    module.triton_key = lambda: release.wait(5) and done.append("key")
+    monkeypatch.setitem(sys.modules, "triton.runtime.cache", module)
+    ledger = Ledger()
+    monkeypatch.setattr(triton_key, "LEDGER", ledger)
+    triton_key.reset()
+    try:
+        thread = triton_key.warm_triton_key()
+        threading.Timer(0.05, release.set).start()
+        with caplog.at_level("INFO", logger="foundry"):
+            waited = triton_key.wait_triton_key()
+    finally:
+        triton_key.reset()
+    assert done == ["key"] and not thread.is_alive()
+    assert waited >= 0.04
+    assert "waited" in caplog.text and "Triton's cache key" in caplog.text
+    assert ledger.overlapped().get("triton key wait", 0.0) >= 0.04
+    assert "triton key wait" not in ledger.items()

@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
-from foundry_core.engine import Mode, capture
+from foundry_core.engine import Mode, capture, wait_triton_key
 from foundry_core.engine.capture import MAX_DEPTH, address_mismatch, graph_name, swapped, tensor_addresses
 from foundry_core.errors import MismatchError, UnsupportedError
 
@@ -346,6 +346,7 @@ def _restore_loop(rt: runtime.SchedulerRuntime, runner: Any, original: Callable[
 
     loop = CaptureLoop(runner)
     rt.loop = loop
+    wait_triton_key()  # the loop's attention metadata is its first Triton launch: no second hash beside the thread
     start = time.perf_counter()
     with neutralised(loop, rt.device.empty_cache), loop_without_gc():
         result = original(runner, *args, **kwargs)
