@@ -97,6 +97,20 @@ class Ledger:
         with self._lock:
             self._overlapped[item] = self._overlapped.get(item, 0.0) + max(seconds, 0.0)
 
+    def count_part(self, overlapped_item: str, item: str, seconds: float) -> float:
+        """Moves up to ``seconds`` of the overlapped ``overlapped_item`` into ``item`` and returns
+        what it moved: the share of a wait for the engine's work (:meth:`engine_work`) that was
+        Foundry's own, known only once the wait is over."""
+        self._check(item)
+        with self._lock:
+            have = self._overlapped.get(overlapped_item, 0.0)
+            moved = min(max(seconds, 0.0), have)
+            if overlapped_item in self._overlapped:
+                self._overlapped[overlapped_item] = have - moved
+            if moved > 0.0:
+                self._items[item] = self._items.get(item, 0.0) + moved
+            return moved
+
     def _stack(self) -> list[_Open]:
         stack = getattr(self._local, "stack", None)
         if stack is None:

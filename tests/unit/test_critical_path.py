@@ -106,6 +106,18 @@ def test_engine_work_leaves_the_enclosing_item_and_the_total(ledger, clock):
     assert parsed.total == pytest.approx(0.17) and parsed.overlapped == pytest.approx({"engine imports": 1.5})
 
 
+def test_a_part_of_engine_work_found_to_be_foundrys_moves_into_the_total(ledger, clock):
+    with ledger.engine_work("fork server imports"):
+        clock.step(2.0)
+    assert ledger.count_part("fork server imports", "fork server own", 0.07) == pytest.approx(0.07)
+    assert ledger.items() == pytest.approx({"fork server own": 0.07})
+    assert ledger.overlapped() == pytest.approx({"fork server imports": 1.93})
+    # never more than the wait lasted, and nothing from an item that was not recorded
+    assert ledger.count_part("fork server imports", "fork server own", 5.0) == pytest.approx(1.93)
+    assert ledger.count_part("engine imports", "fork server own", 1.0) == 0.0
+    assert ledger.total() == pytest.approx(2.0) and "engine imports" not in ledger.overlapped()
+
+
 def test_a_seams_install_counts_its_module_import_as_engine_work(monkeypatch, tmp_path):
     from foundry_core.engine.patching import Patcher
     from foundry_core.engine.seam import Seam, SeamTable

@@ -114,7 +114,9 @@ def test_the_status_is_awaited_until_the_server_writes_it(tmp_path, monkeypatch)
     assert time.monotonic() - start >= 0.25
 
 
-def test_the_wait_for_the_fork_server_counts_on_the_critical_path(tmp_path, monkeypatch):
+def test_a_wait_for_the_fork_server_counts_only_its_own_steps_on_the_critical_path(tmp_path, monkeypatch):
+    """The wait is the engine's imports, shown beside the total; the fork server's own steps
+    within it (placement before the imports, driver watch, checks) are in the total."""
     from foundry_core.engine.critical_path import LEDGER
 
     monkeypatch.setattr(client, "_server_alive", lambda: True)
@@ -122,14 +124,33 @@ def test_the_wait_for_the_fork_server_counts_on_the_critical_path(tmp_path, monk
     LEDGER.reset()
     state, path = client._State(), tmp_path / "status.json"
     state.status_path = str(path)
-    threading.Timer(0.3, lambda: preload.write_status(str(path), {"safe": True, "why": ""})).start()
+    status = {"safe": True, "why": "", "before_s": 0.02, "watch_s": 0.05, "checks_s": 0.01}
+    threading.Timer(0.3, lambda: preload.write_status(str(path), status)).start()
     assert state.status(timeout_s=10)["safe"] is True
-    assert LEDGER.items()["fork server wait"] >= 0.25
+    assert LEDGER.items()[client.OWN_ITEM] == pytest.approx(0.08)
+    assert LEDGER.overlapped()[client.WAIT_ITEM] >= 0.25 - 0.08
+    assert LEDGER.total() == pytest.approx(0.08)
     LEDGER.reset()
     state._status, path = None, tmp_path / "already.json"
-    preload.write_status(str(path), {"safe": True, "why": ""})
+    preload.write_status(str(path), status)
     state.status_path = str(path)
-    assert state.status()["safe"] is True and "fork server wait" not in LEDGER.items()  # written before: no wait
+    assert state.status()["safe"] is True and not LEDGER.recorded()  # written before: no wait, nothing counted
+
+
+def test_a_short_wait_counts_no_more_than_it_lasted(tmp_path, monkeypatch):
+    from foundry_core.engine.critical_path import LEDGER
+
+    monkeypatch.setattr(client, "_server_alive", lambda: True)
+    monkeypatch.setattr(LEDGER, "reported", True)
+    LEDGER.reset()
+    state, path = client._State(), tmp_path / "status.json"
+    state.status_path = str(path)
+    threading.Timer(0.1, lambda: preload.write_status(str(path), {"safe": True, "why": "", "watch_s": 30.0,
+                                                                  "checks_s": "?"})).start()
+    state.status(timeout_s=10)
+    waited = LEDGER.items()[client.OWN_ITEM]
+    assert 0.05 <= waited < 30.0 and LEDGER.overlapped()[client.WAIT_ITEM] == pytest.approx(0.0)
+    LEDGER.reset()
 
 
 def test_a_status_that_never_comes_spawns(tmp_path, monkeypatch):
@@ -706,6 +727,14 @@ def test_the_status_says_how_long_the_checks_after_the_imports_took(tmp_path, mo
     assert 0.0 <= status["checks_s"] <= status["import_s"]
     assert 0.0 <= sum(status[check] for check in preload.CHECKS) <= status["checks_s"]
     assert json.loads((tmp_path / "status.json").read_text())["checks_s"] == status["checks_s"]
+
+
+def test_the_status_says_how_long_the_step_before_the_imports_took(tmp_path, monkeypatch):
+    monkeypatch.setattr(preload, "nvml_answers", lambda: contextlib.nullcontext(device_facts.Answers()))
+    status = preload.run(modules=("json",), path=str(tmp_path / "status.json"),
+                         before=lambda: time.sleep(0.05) or "placed")
+    assert status["before"] == "placed" and 0.04 <= status["before_s"] <= status["import_s"]
+    assert client.own_seconds(status) == pytest.approx(status["before_s"] + status["watch_s"] + status["checks_s"])
 
 
 FAKE_DRIVER = r"""

@@ -146,14 +146,17 @@ class _State:
                 if os.path.exists(self.status_path):
                     self._status = read_status(self.status_path, timeout_s, self.engine)
                 else:
-                    # On the start's critical path (a spawned child would import the engine for
-                    # longer); imported here, not at start-up, where the engine layer would cost the hook.
+                    # The engine's imports, which a spawned child would run for longer after this
+                    # point: beside the critical path, but for the fork server's own steps (its
+                    # placement before the imports, its driver watch, its checks), which are on it.
+                    # Imported here, not at start-up, where the engine layer would cost the hook.
                     from foundry_core.engine.critical_path import LEDGER
 
                     logger.info("foundry: waiting for the fork server to finish importing %s (at most %.0f s)",
                                 self.engine, timeout_s)
-                    with LEDGER.timed("fork server wait"):
+                    with LEDGER.engine_work(WAIT_ITEM):
                         self._status = read_status(self.status_path, timeout_s, self.engine)
+                    LEDGER.count_part(WAIT_ITEM, OWN_ITEM, own_seconds(self._status))
                 with contextlib.suppress(OSError):
                     os.unlink(self.status_path)  # read once; no file per start left in the temporary directory
         return self._status
@@ -185,6 +188,24 @@ class _State:
 
 
 _STATE = _State()
+
+# The critical-path items of a wait for the fork server (critical_path.py).
+WAIT_ITEM = "fork server imports"
+OWN_ITEM = "fork server own"
+# The fork server's own steps inside its import time, from its status (preload.run).
+OWN_STEPS = ("before_s", "watch_s", "checks_s")
+
+
+def own_seconds(status: dict) -> float:
+    """Foundry's seconds inside the fork server's import time: the step before the imports, the
+    driver watch and the checks after them (the rest is the engine's imports)."""
+    total = 0.0
+    for key in OWN_STEPS:
+        try:
+            total += max(float(status.get(key, 0.0)), 0.0)
+        except (TypeError, ValueError):
+            continue
+    return total
 
 
 def read_status(path: str, timeout_s: float, engine: str = "the engine", poll_s: float = 0.05) -> dict:

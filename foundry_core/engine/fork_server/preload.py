@@ -261,7 +261,8 @@ def run(modules: Sequence[str], path: str | None = None, before: Callable[[], st
     start = time.perf_counter()
     timings: dict[str, float] = {}
     kept: list[str] = []
-    did = _step(before, "before the imports")
+    with _timed(timings, "before_s"):
+        did = _step(before, "before the imports")
     try:
         why = import_all(modules, timings=timings, kept=kept)
     except BaseException as exc:  # noqa: BLE001 - see the module docstring
