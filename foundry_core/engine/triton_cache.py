@@ -64,6 +64,14 @@ def _rewrite_group(content: bytes, old: str, new: str) -> bytes:
     return json.dumps(data).encode()
 
 
+def _holds_files(directory: str) -> bool:
+    try:
+        with os.scandir(directory) as entries:
+            return any(True for _ in entries)
+    except OSError:
+        return False
+
+
 def _is_group(path: str) -> bool:
     return os.path.basename(path).startswith(GROUP_PREFIX)
 
@@ -81,6 +89,7 @@ class TritonCarrier:
         self.home = home
         self.used: dict[str, str] = {}  # key directory on this host -> its key
         self.seeded = Copied()
+        self.missing: list[str] = []  # LOAD: keys looked up that neither the archive nor the host held
         self._lock = threading.Lock()
 
     def looked_up(self, key: str, directory: str) -> None:
@@ -96,6 +105,11 @@ class TritonCarrier:
             self.used[directory] = key
             cache = self._carrying(key)
             if cache is None:
+                if self.source is not None and not _holds_files(directory):
+                    self.missing.append(key)
+                    logger.info("foundry: Triton kernel %s is neither carried in the archive nor in this host's "
+                                "cache; Triton compiles it (a SAVE whose first requests ran longer would carry it)",
+                                key)
                 return
             try:
                 copied = self.source.restore_tree(

@@ -9,10 +9,13 @@ nothing.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+
+from foundry_core.archive_names import LIST_NAME
 
 
 def _home(env: Mapping[str, str]) -> Path:
@@ -144,20 +147,49 @@ def holds_files(path: Path) -> bool:
 TOP_ENTRIES = 20
 
 
-def inventory(env: Mapping[str, str | None]) -> dict[str, dict]:
+NOT_CARRIED_ENTRIES = 60
+
+
+def carried_names(archive: str | os.PathLike | None) -> set[tuple[str, str]] | None:
+    """Every file the archive's ranks carry (their ``host_caches.json`` lists), as (directory
+    name, file name): a carried path and its place in a cache directory agree on those two,
+    wherever each cache's root is. None when the archive lists none."""
+    if archive is None:
+        return None
+    names: set[tuple[str, str]] = set()
+    listed = False
+    for path in sorted(Path(archive).glob(f"rank*/{LIST_NAME}")):
+        try:
+            caches = json.loads(path.read_text()).get("caches") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        listed = True
+        for files in caches.values():
+            for rel in files if isinstance(files, dict) else ():
+                parts = PurePosixPath(rel).parts
+                names.add((parts[-2] if len(parts) > 1 else "", parts[-1] if parts else ""))
+    return names if listed else None
+
+
+def inventory(env: Mapping[str, str | None], carried: set[tuple[str, str]] | None = None) -> dict[str, dict]:
     """What each cache variable's directory in ``env`` holds, by variable: ``files`` and ``bytes``
     (plain files anywhere below it), ``top`` (up to :data:`TOP_ENTRIES` names directly in it, sorted).
+    With ``carried`` (:func:`carried_names`): ``not_carried``, how many of those files the archive
+    does not carry (the start wrote them: it compiled), and ``not_carried_paths``, up to
+    :data:`NOT_CARRIED_ENTRIES` of them relative to the directory.
 
     After a cold start that is what Foundry placed from the archive plus what the start compiled,
     the only trace of why it took longer once its directories are emptied or removed. Each
     directory is walked on its own, so one inside another counts in both. Links are listed in
     ``top`` but neither followed nor counted (what they point at is held elsewhere). What cannot be
     read is skipped and counted as ``unreadable``; a directory that is not there is ``missing``."""
-    return {var.name: _walk(value) for var in CACHE_VARIABLES if (value := env.get(var.name))}
+    return {var.name: _walk(value, carried) for var in CACHE_VARIABLES if (value := env.get(var.name))}
 
 
-def _walk(root: str) -> dict:
+def _walk(root: str, carried: set[tuple[str, str]] | None = None) -> dict:
     listing: dict = {"files": 0, "bytes": 0, "top": []}
+    if carried is not None:
+        listing.update(not_carried=0, not_carried_paths=[])
     try:
         with os.scandir(root) as it:
             pending = list(it)
@@ -176,8 +208,13 @@ def _walk(root: str) -> dict:
             elif entry.is_file(follow_symlinks=False):
                 listing["files"] += 1
                 listing["bytes"] += entry.stat(follow_symlinks=False).st_size
+                if carried is not None and (Path(entry.path).parent.name, entry.name) not in carried:
+                    listing["not_carried"] += 1
+                    listing["not_carried_paths"].append(os.path.relpath(entry.path, root))
         except OSError:
             unreadable += 1
     if unreadable:
         listing["unreadable"] = unreadable
+    if carried is not None:
+        listing["not_carried_paths"] = sorted(listing["not_carried_paths"])[:NOT_CARRIED_ENTRIES]
     return listing

@@ -144,7 +144,8 @@ def _with_inventory(result: dict, kind: str) -> list[dict]:
 def cold_caches_tables(result: dict) -> list[Table]:
     """Per kind with ``caches_after``, what its caches held after each start (placed from the archive
     plus compiled by the start): one row per variable that held a file in any start, with median
-    (min-max) files and MiB over the starts; empty for a result from before it was recorded."""
+    (min-max) files and MiB over the starts, and where it was recorded the files the archive does
+    not carry (the start wrote them); empty for a result from before it was recorded."""
     tables = []
     for kind in result["kinds"]:
         starts = _with_inventory(result, kind)
@@ -154,6 +155,9 @@ def cold_caches_tables(result: dict) -> list[Table]:
         table.add_column("variable")
         table.add_column("files", justify="right")
         table.add_column("MiB", justify="right")
+        compared = any("not_carried" in h for s in starts for h in s["caches_after"].values())
+        if compared:
+            table.add_column("not from the archive", justify="right")
         names: list[str] = []
         for s in starts:
             names += [n for n in s["caches_after"] if n not in names]
@@ -162,7 +166,10 @@ def cold_caches_tables(result: dict) -> list[Table]:
             files = [h.get("files", 0) for h in held]
             if any(files):
                 mib = [h.get("bytes", 0) / MIB for h in held]
-                table.add_row(name, Spread.of(files).text(0), Spread.of(mib).text(1))
+                row = [name, Spread.of(files).text(0), Spread.of(mib).text(1)]
+                if compared:
+                    row.append(Spread.of([h.get("not_carried", 0) for h in held]).text(0))
+                table.add_row(*row)
         if not table.rows:
             table.caption = "no cache held a file"
         tables.append(table)
@@ -202,12 +209,34 @@ def compiled(result: dict) -> list[str]:
     return lines
 
 
+NOT_CARRIED_SHOWN = 5
+
+
+def not_carried(result: dict) -> list[str]:
+    """One line per recorded cold start whose caches held files the archive does not carry
+    (``caches_after``'s ``not_carried``): what that LOAD compiled on a new host, by variable."""
+    lines = []
+    for s in result["starts"]:
+        held = s.get("caches_after") or {}
+        parts = []
+        for name, listing in held.items():
+            count = listing.get("not_carried") or 0
+            if count:
+                paths = listing.get("not_carried_paths") or []
+                shown = ", ".join(paths[:NOT_CARRIED_SHOWN])
+                more = f" and {count - min(len(paths), NOT_CARRIED_SHOWN)} more" if count > NOT_CARRIED_SHOWN else ""
+                parts.append(f"{name} {count} ({shown}{more})")
+        if s.get("recorded", True) and parts:
+            lines.append(f"round {s['round']} {s['kind']} wrote files the archive does not carry: {'; '.join(parts)}")
+    return lines
+
+
 def print_result(result: dict, console) -> None:
     console.print(phases_table(result))
     for extra in (durations_table(result), critical_table(result), *cold_caches_tables(result)):
         if extra is not None:
             console.print(extra)
-    for line in compiled(result):
+    for line in (*compiled(result), *not_carried(result)):
         console.print(f"[yellow]{line}[/yellow]")
     for line in failures(result):
         console.print(f"[yellow]{line}[/yellow]")

@@ -322,6 +322,24 @@ def test_a_fresh_host_loads_the_kernels_the_save_start_used(fake_triton, tmp_pat
     assert (key_dir / "k.cubin").read_bytes() == b"NEW:k.cubin"
     assert open_kernel("UNKNOWN") is None  # not carried: Triton compiles as usual
     assert carrier.seeded.files == 3 and not (tmp_path / "fresh-host" / "WARM").exists()  # only keys looked up
+    assert carrier.missing == ["UNKNOWN"]  # what this LOAD compiles on a new host, named in the log
+
+
+def test_a_kernel_missing_from_the_archive_but_on_the_host_is_not_reported(fake_triton, tmp_path, monkeypatch,
+                                                                           caplog):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "host"))
+    triton_cache.install(triton_cache.TritonCarrier())
+    compile_kernel("SAVED")
+    carried_by_save(tmp_path / "archive")
+    compile_kernel("LOCAL")  # compiled on this host after the SAVE
+    carrier = triton_cache.TritonCarrier(HostCaches.read(tmp_path / "archive", tmp_path / "archive" / "rank0"))
+    triton_cache.install(carrier)
+    with caplog.at_level(logging.INFO, logger="foundry"):
+        assert open_kernel("LOCAL") is not None and open_kernel("ELSE") is None
+    triton_cache.uninstall()
+    assert carrier.missing == ["ELSE"]
+    assert "Triton kernel ELSE is neither carried in the archive nor in this host's cache" in caplog.text
+    assert "LOCAL" not in caplog.text
 
 
 def carried_by_save(archive: Path) -> HostCaches:

@@ -386,6 +386,32 @@ def test_inventory_skips_what_it_cannot_read(tmp_path, monkeypatch):
     assert listed["SGLANG_DG_CACHE_DIR"] == {"files": 0, "bytes": 0, "top": [], "unreadable": 1}
 
 
+def test_inventory_names_the_files_a_cold_start_wrote_that_the_archive_does_not_carry(tmp_path):
+    archive = tmp_path / "archive"
+    (archive / "rank0").mkdir(parents=True)
+    (archive / "rank0" / "host_caches.json").write_text(json.dumps({"format": "x", "version": 1, "caches": {
+        "triton": {"abc/kernel.cubin": {}, "abc/__grp__kernel.json": {}},
+        "tvm-ffi": {"sgl/act/act.so": {}}}}))
+    carried = caches.carried_names(archive)
+    assert carried == {("abc", "kernel.cubin"), ("abc", "__grp__kernel.json"), ("act", "act.so")}
+    triton = _tree(tmp_path / "triton", {"abc/kernel.cubin": "x", "abc/__grp__kernel.json": "{}",
+                                         "new/__triton_launcher.so": "so", "new/other.json": "{}"})
+    tvm = _tree(tmp_path / "tvm", {"cache/sgl/act/act.so": "so"})  # another root: the last two names agree
+    listed = caches.inventory({"TRITON_CACHE_DIR": str(triton), "TVM_FFI_CACHE_DIR": str(tvm)}, carried)
+    assert listed["TRITON_CACHE_DIR"]["not_carried"] == 2
+    assert listed["TRITON_CACHE_DIR"]["not_carried_paths"] == ["new/__triton_launcher.so", "new/other.json"]
+    assert listed["TVM_FFI_CACHE_DIR"]["not_carried"] == 0 and listed["TVM_FFI_CACHE_DIR"]["files"] == 1
+    assert "not_carried" not in caches.inventory({"TRITON_CACHE_DIR": str(triton)})["TRITON_CACHE_DIR"]
+
+
+def test_an_archive_without_carried_caches_compares_nothing(tmp_path):
+    assert caches.carried_names(None) is None
+    assert caches.carried_names(tmp_path) is None  # no rank lists a file
+    (tmp_path / "rank0").mkdir()
+    (tmp_path / "rank0" / "host_caches.json").write_text("not json")
+    assert caches.carried_names(tmp_path) is None
+
+
 def test_a_save_start_serves_on_for_a_while_after_its_first_completion(fake, tmp_path, monkeypatch):
     # SAVE keeps carrying the compile caches its first requests used; stopped at once, it would not.
     monkeypatch.setattr(harness, "SAVE_SETTLE_S", 0.5)

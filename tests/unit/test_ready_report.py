@@ -246,5 +246,17 @@ def test_report_prints_what_each_cache_held_after_a_cold_start(tmp_path):
         assert _text(table) in text  # the other tables as they were
 
 
+def test_the_cold_caches_table_counts_the_files_not_from_the_archive_where_they_were_compared():
+    result = _cold_result()
+    for count, start in zip((37, 33, 35), [s for s in result["starts"] if s["kind"] == "load-cold"]):
+        start["caches_after"]["TRITON_CACHE_DIR"].update(not_carried=count, not_carried_paths=["k/a.so"])
+    table = report.cold_caches_tables(result)[0]
+    text = _text(table)
+    assert "not from the archive" in text and "35 (33-37)" in text
+    lines = report.not_carried(result)
+    assert len(lines) == 3 and lines[0] == ("round 1 load-cold wrote files the archive does not carry: "
+                                            "TRITON_CACHE_DIR 37 (k/a.so and 36 more)")
+
+
 def test_a_result_without_cache_listings_prints_no_cache_table():
     assert report.cold_caches_tables(_result()) == []
