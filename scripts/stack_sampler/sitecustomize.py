@@ -7,6 +7,11 @@ their own sampler (threads do not survive fork). A sample is taken when the samp
 the GIL, so a long C call that holds it shows as a gap in the times, followed by its stack.
 Summarise with `python scripts/stack_sampler/summarize.py DIR`. A fork server samples nothing
 itself (a thread would make it unsafe to fork from); the children forked from it do.
+
+FOUNDRY_STACK_DUMPS=SECONDS also dumps every thread's stack each SECONDS into
+DIR/dumps-<pid>.txt through faulthandler, whose watchdog is a C thread that needs no GIL: inside
+such a gap it shows which call holds the GIL, and what the other threads are doing. The file starts
+with the Unix time the dumps were armed; dump N was taken about N * SECONDS later.
 """
 
 import os
@@ -16,6 +21,7 @@ import time
 
 _DIR = os.environ.get("FOUNDRY_STACK_SAMPLES")
 _INTERVAL = float(os.environ.get("FOUNDRY_STACK_INTERVAL", "0.1"))
+_DUMPS = float(os.environ.get("FOUNDRY_STACK_DUMPS", "0") or 0)
 
 
 def _stack(frame) -> str:
@@ -44,9 +50,19 @@ def _sample(main_ident: int) -> None:
             time.sleep(_INTERVAL)
 
 
+def _arm_dumps() -> None:
+    import faulthandler
+
+    out = open(os.path.join(_DIR, f"dumps-{os.getpid()}.txt"), "w", buffering=1)  # kept open for the watchdog
+    out.write(f"# pid {os.getpid()} armed {time.time():.3f} every {_DUMPS} s\n")
+    faulthandler.dump_traceback_later(_DUMPS, repeat=True, file=out)
+
+
 def _start() -> None:
     threading.Thread(target=_sample, args=(threading.main_thread().ident,), daemon=True,
                      name="stack-sampler").start()
+    if _DUMPS > 0:
+        _arm_dumps()
 
 
 if _DIR:
