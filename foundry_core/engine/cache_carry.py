@@ -126,6 +126,9 @@ class CacheCarry:
             keys, trees = self.pending()
             now = (len(keys), sum(len(t.used) for t in trees))
             if now != seen:
+                if seen == (0, 0):
+                    self.log.info("foundry: new compile-cache entries in use (%d Triton kernels, %d other); carried "
+                                  "once none appear for %.0f s", *now, quiet)
                 seen, changed = now, time.monotonic()
             elif now != (0, 0) and time.monotonic() - changed >= quiet:
                 if self.carry("compile caches of the first requests") is None:

@@ -403,7 +403,7 @@ def test_the_watch_length(monkeypatch, caplog):
 # ---- the carry's watch: what the first requests compile --------------------------------------------
 
 
-def test_the_watch_carries_what_the_first_requests_add_once_it_is_complete(tmp_path):
+def test_the_watch_carries_what_the_first_requests_add_once_it_is_complete(tmp_path, caplog):
     host = tmp_path / "cache"
     for name in ("a", "b"):
         (host / name).mkdir(parents=True)
@@ -415,13 +415,17 @@ def test_the_watch_carries_what_the_first_requests_add_once_it_is_complete(tmp_p
                        lambda: [CacheTree("comp", host, tuple(used), mtimes=True)])
     assert carry.carry().files == 1
     assert carry.carry().files == 0  # nothing new: nothing added again
-    carry.watch(seconds=1.0, poll=0.02, quiet=0.2)
-    used.append("b")  # the server's warmup request loaded another module
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline and "b/m.so" not in _listed(archive):
-        time.sleep(0.02)
+    with caplog.at_level(logging.INFO, logger="foundry"):
+        carry.watch(seconds=1.0, poll=0.02, quiet=0.2)
+        used.append("b")  # the server's warmup request loaded another module
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and "b/m.so" not in _listed(archive):
+            time.sleep(0.02)
+        carry.thread.join()
     assert _listed(archive) == {"a/m.so", "b/m.so"}
-    carry.thread.join()
+    # said when first seen, and again once carried
+    assert "new compile-cache entries in use (0 Triton kernels, 1 other)" in caplog.text
+    assert "compile caches of the first requests carried in the archive" in caplog.text
 
 
 def _listed(archive: Path) -> set[str]:
