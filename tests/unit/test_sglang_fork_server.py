@@ -6,6 +6,7 @@ synthetic ``sglang`` package written by the test."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -176,14 +177,17 @@ def test_a_malformed_status_spawns(tmp_path, content):
 
 def test_a_forked_child_takes_the_environment_of_its_start(monkeypatch):
     seen = {}
-    target = client.InEnviron({"ONLY": "this"}, lambda x: seen.update(x=x, env=dict(os.environ)))
+    target = client.InEnviron({"ONLY": "this"}, lambda x: seen.update(x=x, env=dict(os.environ),
+                                                                     frozen=gc.get_freeze_count()))
     monkeypatch.setenv("STALE", "from the fork server")
     saved = dict(os.environ)
     try:
         target(3)
     finally:
+        gc.unfreeze()  # this test process is no forked child
         os.environ.clear()
         os.environ.update(saved)
+    assert seen.pop("frozen") > 0  # the heap it started with is frozen before the target runs
     assert seen == {"x": 3, "env": {"ONLY": "this"}}
 
 
@@ -257,7 +261,7 @@ def test_a_failed_import_is_written_not_raised(tmp_path):
 # ---- end to end: multiprocessing's fork server over a synthetic SGLang ---------------------
 
 SCHEDULER = """
-import json, os, threading
+import gc, json, os, threading
 IMPORTED_IN = os.getpid()
 # Whether the fork server's step before its imports had placed this file by now (the test's archive).
 PLACED_AT_IMPORT = os.path.exists(os.environ.get("EXPECT_PLACED", "/nonexistent"))
@@ -268,7 +272,7 @@ def run_scheduler_process(out):
     with open(out, "w") as f:
         json.dump({"pid": os.getpid(), "ppid": os.getppid(), "imported_in": IMPORTED_IN,
                    "mark": os.environ.get("MARK"), "status_env": os.environ.get("%s"),
-                   "placed_at_import": PLACED_AT_IMPORT}, f)
+                   "placed_at_import": PLACED_AT_IMPORT, "frozen": gc.get_freeze_count()}, f)
 """
 
 DRIVER = """
@@ -318,6 +322,12 @@ def test_a_child_is_forked_from_a_server_that_imported_sglang(tmp_path):
     assert child["ppid"] != child["main"]  # its parent is the fork server
     assert child["mark"] == "set after the fork server started"  # the main process's environment
     assert child["status_env"] is None  # the fork server's own variables stay there
+    assert child["frozen"] > 1000  # the heap inherited from the fork server's imports, out of the collector's walks
+
+
+def test_a_forked_childs_heap_can_be_left_to_the_collector(tmp_path):
+    child, _ = _run_driver(tmp_path, FOUNDRY_FORK_GC_FREEZE="0")
+    assert child["exitcode"] == 0 and child["frozen"] == 0
 
 
 def test_a_load_places_tritons_modules_built_at_import_before_the_fork_servers_imports(tmp_path):
