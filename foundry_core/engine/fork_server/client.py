@@ -17,9 +17,10 @@ process has built by the launch (the engine's and the plugin's variables). So ea
 runs under the main process's environment as it was at ``start()`` (:class:`InEnviron`), before
 anything in the child reads it.
 
-A forked child also starts with the fork server's whole import heap (millions of objects), which
-its garbage collector would walk at every full collection: about 0.6 s, at whatever the child is
-doing then. So it freezes that heap first (``gc.freeze()``, the pattern CPython's documentation gives
+A forked child also starts with the fork server's whole import heap (millions of objects). Its
+garbage collector would walk all of it at every full collection, and the start waits for each one,
+whatever the child is doing at that moment. Such a collection is the likely cause, not yet shown,
+of a 0.6 s stall inside a tiny model's LOAD on the H200. So it freezes that heap first (``gc.freeze()``, the pattern CPython's documentation gives
 for children forked without exec; vLLM's engine core freezes its heap after its start-up the
 same way). It keeps the frozen objects' pages shared with the fork server too. Objects the child
 makes are collected as usual. ``FOUNDRY_FORK_GC_FREEZE=0`` turns it off.
