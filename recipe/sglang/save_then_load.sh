@@ -28,7 +28,8 @@
 #      (a request of 65 tokens - one of 1 token) / 64, so the prefill and HTTP cost cancel;
 #      TPOT_REPS (3): repetitions of that measurement (and of TTFT's); TTFT: prompt lengths in
 #      tokens to time the first token at (e.g. 60,900,1700: the median of TPOT_REPS requests of
-#      one output token, each prompt new to the prefix cache); REPEAT (1): after the checks,
+#      one output token, each prompt new to the prefix cache); TTFT_SETTLE: seconds after which
+#      the TTFT requests run again (one token longer), as ttft_settled_ms; REPEAT (1): after the checks,
 #      REPEAT-1 more pairs of an unmodified start (baseline-N, with BASELINE=1) and a LOAD start
 #      (load-N), alternating, for TPOT over several starts (recipe/tpot_spread.py); LOAD_ONLY=1:
 #      keep the archive and run the LOAD start alone (it must restore); BASELINE_ONLY=N: N
@@ -120,7 +121,7 @@ run() {  # NAME [foundry flags...]: one start, its /health time and greedy token
     "$PORT" "$OUT/$name.json" "$PROMPTS" "$TOKENS" "${TPOT:-}" "${TPOT_REPS:-3}" "${LENGTHS-5,60,300,900,1700}" \
     "${TTFT:-}" \
     <<'EOF' || rc=$?
-import json, statistics, sys, time, urllib.request
+import json, os, statistics, sys, time, urllib.request
 port, out, prompts, tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 tpot_batches, reps = [int(b) for b in sys.argv[5].split(",") if b.strip()], int(sys.argv[6])
 lengths = [int(n) for n in sys.argv[7].split(",") if n.strip()]
@@ -176,8 +177,15 @@ samples = {str(b): tpot_samples_ms(b) for b in tpot_batches}
 tpot = {b: statistics.median(s) for b, s in samples.items()}
 ttft_samples = {str(n): ttft_samples_ms(n) for n in ttft_lengths}
 ttft = {n: statistics.median(s) for n, s in ttft_samples.items()}
-json.dump({"ready_s": ready, "tokens": ids, "logprobs": logprobs, "tpot_ms": tpot, "tpot_samples_ms": samples,
-           "ttft_ms": ttft, "ttft_samples_ms": ttft_samples}, open(out, "w"))
+result = {"ready_s": ready, "tokens": ids, "logprobs": logprobs, "tpot_ms": tpot, "tpot_samples_ms": samples,
+          "ttft_ms": ttft, "ttft_samples_ms": ttft_samples}
+settle = float(os.environ.get("TTFT_SETTLE") or 0)
+if ttft_lengths and settle > 0:  # the same requests again once the server has served a while
+    time.sleep(settle)
+    later = {str(n): ttft_samples_ms(n + 1) for n in ttft_lengths}  # one token longer: new to the prefix cache
+    result.update(ttft_settled_ms={n: statistics.median(s) for n, s in later.items()}, ttft_settled_samples_ms=later,
+                  ttft_settle_s=settle)
+json.dump(result, open(out, "w"))
 shown = " ".join(f"b{b}={ms:.2f}ms" for b, ms in tpot.items())
 first = " ".join(f"n{n}={ms:.2f}ms" for n, ms in ttft.items())
 print(f"/health 200 after {ready:.1f} s; {len(ids)} completions of {tokens} tokens; TPOT {shown or '-'}; TTFT {first or '-'}")
