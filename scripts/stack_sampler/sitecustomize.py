@@ -11,7 +11,10 @@ itself (a thread would make it unsafe to fork from); the children forked from it
 FOUNDRY_STACK_DUMPS=SECONDS also dumps every thread's stack each SECONDS into
 DIR/dumps-<pid>.txt through faulthandler, whose watchdog is a C thread that needs no GIL: inside
 such a gap it shows which call holds the GIL, and what the other threads are doing. The file starts
-with the Unix time the dumps were armed; dump N was taken about N * SECONDS later.
+with the Unix time the dumps were armed; dump N came at least N * SECONDS later (each dump's own
+time adds up). Reading other threads without the GIL can, rarely, print a torn stack. The watchdog
+is stopped around every fork (a child would wait for good on the lock it held) and armed again on
+both sides.
 """
 
 import os
@@ -50,12 +53,30 @@ def _sample(main_ident: int) -> None:
             time.sleep(_INTERVAL)
 
 
+_dumps_file = None  # this process's dump file, kept open for the watchdog
+
+
 def _arm_dumps() -> None:
+    global _dumps_file
     import faulthandler
 
-    out = open(os.path.join(_DIR, f"dumps-{os.getpid()}.txt"), "w", buffering=1)  # kept open for the watchdog
-    out.write(f"# pid {os.getpid()} armed {time.time():.3f} every {_DUMPS} s\n")
-    faulthandler.dump_traceback_later(_DUMPS, repeat=True, file=out)
+    _dumps_file = open(os.path.join(_DIR, f"dumps-{os.getpid()}.txt"), "a", buffering=1)
+    _dumps_file.write(f"# pid {os.getpid()} armed {time.time():.3f} every {_DUMPS} s\n")
+    faulthandler.dump_traceback_later(_DUMPS, repeat=True, file=_dumps_file)
+
+
+def _pause_dumps() -> None:
+    if _dumps_file is not None:
+        import faulthandler
+
+        faulthandler.cancel_dump_traceback_later()
+
+
+def _resume_dumps() -> None:
+    if _dumps_file is not None:
+        import faulthandler
+
+        faulthandler.dump_traceback_later(_DUMPS, repeat=True, file=_dumps_file)
 
 
 def _start() -> None:
@@ -71,4 +92,4 @@ if _DIR:
     # there only its children sample, or the engine would spawn them instead.
     if not os.environ.get("FOUNDRY_FORK_SERVER_STATUS"):
         _start()
-    os.register_at_fork(after_in_child=_start)
+    os.register_at_fork(before=_pause_dumps, after_in_parent=_resume_dumps, after_in_child=_start)
