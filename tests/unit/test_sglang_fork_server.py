@@ -326,8 +326,14 @@ def test_a_child_is_forked_from_a_server_that_imported_sglang(tmp_path):
 
 
 def test_a_forked_childs_heap_can_be_left_to_the_collector(tmp_path):
-    child, _ = _run_driver(tmp_path, FOUNDRY_FORK_GC_FREEZE="0")
+    child, _ = _run_driver(tmp_path, FOUNDRY_FORK_GC_FREEZE="Off")
     assert child["exitcode"] == 0 and child["frozen"] == 0
+
+
+def test_the_freeze_switch_reads_as_the_engine_options_do():
+    from foundry_core.engine.options import FALSE_VALUES
+
+    assert set(client.OFF_WORDS) == set(FALSE_VALUES)
 
 
 def test_a_load_places_tritons_modules_built_at_import_before_the_fork_servers_imports(tmp_path):

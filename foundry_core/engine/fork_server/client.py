@@ -19,11 +19,17 @@ anything in the child reads it.
 
 A forked child also starts with the fork server's whole import heap (millions of objects). Its
 garbage collector would walk all of it at every full collection, and the start waits for each one,
+A forked child also starts with the fork server's whole import heap (millions of objects). Its
+garbage collector would walk all of it at every full collection, and the start waits for each one,
 whatever the child is doing at that moment. Such a collection is the likely cause, not yet shown,
-of a 0.6 s stall inside a tiny model's LOAD on the H200. So it freezes that heap first (``gc.freeze()``, the pattern CPython's documentation gives
-for children forked without exec; vLLM's engine core freezes its heap after its start-up the
-same way). It keeps the frozen objects' pages shared with the fork server too. Objects the child
-makes are collected as usual. ``FOUNDRY_FORK_GC_FREEZE=0`` turns it off.
+of a 0.6 s stall inside a tiny model's LOAD on the H200. So the child freezes that heap before its
+target runs (``gc.freeze()``). CPython's documentation gives the same call for children forked
+without exec, made in the parent just before the fork; vLLM's engine core freezes its heap after
+its start-up. Frozen objects are left out of collections, and their pages stay shared with the
+fork server. Objects the child makes are collected as usual. An engine that thaws the heap itself
+ends it: SGLang's capture loop (``freeze_gc``) unfreezes and collects everything when it ends,
+which a LOAD skips and a SAVE or a fallback runs. ``FOUNDRY_FORK_GC_FREEZE=0`` (or false, no,
+off) turns it off.
 
 Spawn is kept, with the reason logged once, wherever a fork would not be the same child
 (:func:`spawn_reason`):
@@ -64,8 +70,10 @@ STATUS_ENV = "FOUNDRY_FORK_SERVER_STATUS"
 # How long a launch waits for the fork server to finish its imports: about what a spawned child
 # would spend on the same imports.
 STATUS_TIMEOUT_S = 300.0
-# "0": a forked child leaves the heap it inherits to its garbage collector.
+# Off (OFF_WORDS, as the engine options read them): a forked child leaves the heap it inherits
+# to its garbage collector.
 GC_FREEZE_ENV = "FOUNDRY_FORK_GC_FREEZE"
+OFF_WORDS = ("0", "false", "no", "off")
 
 
 # ---- start-up (the main process, at interpreter start) -----------------------------------
@@ -285,7 +293,7 @@ class InEnviron:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         os.environ.clear()
         os.environ.update(self.environ)
-        if self.environ.get(GC_FREEZE_ENV, "1").strip() != "0":
+        if self.environ.get(GC_FREEZE_ENV, "1").strip().lower() not in OFF_WORDS:
             gc.freeze()  # the inherited import heap: see the module
         return self.target(*args, **kwargs)
 
