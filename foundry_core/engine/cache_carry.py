@@ -128,7 +128,7 @@ class CacheCarry:
             if now != seen:
                 if seen == (0, 0):
                     self.log.info("foundry: new compile-cache entries in use (%d Triton kernels, %d other); carried "
-                                  "once none appear for %.0f s", *now, quiet)
+                                  "once none appear for %g s", *now, quiet)
                 seen, changed = now, time.monotonic()
             elif now != (0, 0) and time.monotonic() - changed >= quiet:
                 if self.carry("compile caches of the first requests") is None:

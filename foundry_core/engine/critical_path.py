@@ -105,8 +105,10 @@ class Ledger:
         with self._lock:
             have = self._overlapped.get(overlapped_item, 0.0)
             moved = min(max(seconds, 0.0), have)
-            if overlapped_item in self._overlapped:
+            if have - moved > 0.0:
                 self._overlapped[overlapped_item] = have - moved
+            else:  # all of it was Foundry's: no empty item in the line
+                self._overlapped.pop(overlapped_item, None)
             if moved > 0.0:
                 self._items[item] = self._items.get(item, 0.0) + moved
             return moved

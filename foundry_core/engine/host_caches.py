@@ -118,7 +118,7 @@ class Copied:
         return text + (f", {self.refused} refused" if self.refused else "")
 
 
-def _is_temporary(name: str) -> bool:
+def is_temporary(name: str) -> bool:
     """A writer's unfinished file or directory: Triton's ``tmp.pid_*``, ours and Inductor's
     ``.*.tmp*``, vLLM's ``model.<pid>.tmp``."""
     return name.startswith("tmp.") or name.endswith(".tmp") or ".tmp." in name
@@ -161,11 +161,11 @@ class HostCaches:
         self.roots[cache] = os.path.realpath(base)
         done = Copied()
         for dirpath, dirnames, filenames in os.walk(base / sub if sub else base):
-            dirnames[:] = [d for d in dirnames if not _is_temporary(d)]
+            dirnames[:] = [d for d in dirnames if not is_temporary(d)]
             for name in filenames:
                 path = Path(dirpath, name)
                 rel = path.relative_to(base).as_posix()
-                if _is_temporary(name) or safe_path(rel) is None or (keep is not None and not keep(rel)):
+                if is_temporary(name) or safe_path(rel) is None or (keep is not None and not keep(rel)):
                     continue
                 try:
                     with os.fdopen(open_regular(path), "rb") as f:
@@ -353,4 +353,4 @@ class HostCaches:
 
 # The list's format and checks are the core's (foundry_core.cache_list); named here too for callers.
 __all__ = ["ENABLE_ENV", "CACHES_DIR", "LIST_NAME", "LIST_FORMAT", "LIST_VERSION", "BLOB_NAME", "CacheTree",
-           "HostCaches", "Copied", "Entry", "enabled", "file_digest", "listed_blobs", "open_regular", "parse_list"]
+           "HostCaches", "Copied", "Entry", "enabled", "file_digest", "is_temporary", "listed_blobs", "open_regular", "parse_list"]

@@ -47,7 +47,7 @@ from foundry_core.engine.host_caches import CacheTree
 logger = logging.getLogger("foundry")
 
 __all__ = ["BUILT", "FLASHINFER", "TVM_FFI", "flashinfer_root", "flashinfer_tree", "flashinfer_unit", "mapped_files",
-           "module_dirs", "trees", "tvm_ffi_root", "tvm_ffi_tree"]
+           "module_dirs", "not_a_lock", "trees", "tvm_ffi_root", "tvm_ffi_tree"]
 
 FLASHINFER = "flashinfer"
 TVM_FFI = "tvm_ffi"
@@ -113,7 +113,7 @@ def module_dirs(root: Path, mapped: Iterable[Path]) -> list[str]:
     return list(dirs)
 
 
-def _not_a_lock(path: str) -> bool:
+def not_a_lock(path: str) -> bool:
     name = PurePosixPath(path).name
     return name != "lock" and not name.endswith(".lock")
 
@@ -144,7 +144,7 @@ def flashinfer_tree(root: Path | None = None, mapped: Iterable[Path] = ()) -> Ca
         generated = "/".join((*parts[:2], _GENERATED, parts[3]))
         if (root / generated).is_dir():
             used.append(generated)
-    return CacheTree(FLASHINFER, root, tuple(used), keep=_not_a_lock, unit=flashinfer_unit, last=_is_library,
+    return CacheTree(FLASHINFER, root, tuple(used), keep=not_a_lock, unit=flashinfer_unit, last=_is_library,
                      mtimes=True, bound_to_root=True)
 
 
@@ -153,7 +153,7 @@ def tvm_ffi_tree(root: Path | None = None, mapped: Iterable[Path] = ()) -> Cache
     ``mapped`` lies in."""
     root = tvm_ffi_root() if root is None else root
     used = tuple(rel for rel in module_dirs(root, mapped) if "/" not in rel)
-    return CacheTree(TVM_FFI, root, used, keep=_not_a_lock, unit=lambda path: path.partition("/")[0],
+    return CacheTree(TVM_FFI, root, used, keep=not_a_lock, unit=lambda path: path.partition("/")[0],
                      last=_is_library, mtimes=True)
 
 

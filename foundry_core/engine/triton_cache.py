@@ -46,6 +46,7 @@ ELSEWHERE = "triton-elsewhere"  # kernels SAVE found in a directory Inductor poi
 MANAGER_ENV = "TRITON_CACHE_MANAGER"
 KEY_DIR = "${FOUNDRY_TRITON_KEY_DIR}"
 GROUP_PREFIX = "__grp__"
+MISSING_SAID = 20  # LOAD: how many missing cache entries the log names
 
 
 def _rewrite_group(content: bytes, old: str, new: str) -> bytes:
@@ -106,10 +107,7 @@ class TritonCarrier:
             cache = self._carrying(key)
             if cache is None:
                 if self.source is not None and not _holds_files(directory):
-                    self.missing.append(key)
-                    logger.info("foundry: Triton kernel %s is neither carried in the archive nor in this host's "
-                                "cache; Triton compiles it (a SAVE whose first requests ran longer would carry it)",
-                                key)
+                    self._note_missing(key)
                 return
             try:
                 copied = self.source.restore_tree(
@@ -121,6 +119,17 @@ class TritonCarrier:
                                exc)
                 return
             self.seeded.add(copied)
+
+    def _note_missing(self, key: str) -> None:
+        """A key neither the archive nor this host holds: Triton builds it (a kernel, a launcher or
+        a module). Logged for the first :data:`MISSING_SAID`, then counted in one line."""
+        self.missing.append(key)
+        if len(self.missing) <= MISSING_SAID:
+            logger.info("foundry: Triton cache entry %s is neither carried in the archive nor on this host; Triton "
+                        "builds it", key)
+        elif len(self.missing) == MISSING_SAID + 1:
+            logger.info("foundry: more Triton cache entries are neither carried nor on this host; further ones are "
+                        "not named (TritonCarrier.missing counts them)")
 
     def _carrying(self, key: str) -> str | None:
         """The archive's cache that carries ``key`` (None: none does, or no archive)."""

@@ -30,6 +30,9 @@ MODULES = ("triton.runtime.cache", "triton.compiler.compiler")
 
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
+_function: Callable[[], Any] | None = None  # what the thread computes (an lru_cache'd function)
+# The longest wait for the thread: past it the launch hashes for itself, as without the thread.
+WAIT_LIMIT_S = 30.0
 
 
 def _key_function() -> Callable[[], Any] | None:
@@ -61,7 +64,7 @@ def warm_triton_key() -> threading.Thread | None:
     """Starts, once per process, a daemon thread that computes Triton's cache key, so the first
     Triton kernel launch finds it cached. Returns that thread, or None when Triton is not imported
     yet (call again later) or a thread was started before."""
-    global _thread
+    global _thread, _function
     with _lock:
         if _thread is not None:
             return None
@@ -69,30 +72,45 @@ def warm_triton_key() -> threading.Thread | None:
         if function is None:
             return None
         _thread = threading.Thread(target=_compute, args=(function,), name="foundry-triton-key", daemon=True)
+        _function = function
         _thread.start()
         return _thread
 
 
-def wait_triton_key() -> float:
-    """Waits for the thread :func:`warm_triton_key` started, if it is still hashing, and returns
-    the seconds waited (0.0 when no thread runs). Call it just before the engine's first Triton
-    launch: the rest of the thread's hash is shorter than a second hash from the start. The wait is
-    the engine's own work done earlier (its warmup computes the key), so the ledger shows it beside
-    the critical path, not in it."""
+def wait_triton_key(limit_s: float = WAIT_LIMIT_S) -> float:
+    """Waits for the thread :func:`warm_triton_key` started, if it is still hashing and the key is
+    not cached already, for at most ``limit_s``; returns the seconds waited (0.0 when it did not
+    wait). Call it just before the engine's first Triton launch: the rest of the thread's hash is
+    shorter than a second hash from the start. The wait is the engine's own work done earlier (its
+    warmup computes the key), so the ledger shows it beside the critical path, not in it."""
     with _lock:
-        thread = _thread
-    if thread is None or not thread.is_alive():
+        thread, function = _thread, _function
+    if thread is None or not thread.is_alive() or _cached(function):
         return 0.0
     start = time.perf_counter()
     with LEDGER.engine_work("triton key wait"):
-        thread.join()
+        thread.join(limit_s)
     waited = time.perf_counter() - start
-    logger.info("foundry: waited %.2f s for Triton's cache key (computed ahead on a thread)", waited)
+    if thread.is_alive():
+        logger.info("foundry: Triton's cache key thread still runs after %.0f s; the engine computes the key itself",
+                    waited)
+    else:
+        logger.info("foundry: waited %.2f s for Triton's cache key (computed ahead on a thread)", waited)
     return waited
+
+
+def _cached(function: Callable[[], Any] | None) -> bool:
+    """Whether ``function`` (an lru_cache'd ``triton_key``) has its value already: computed by
+    another caller, the thread's hash is a second one, not worth waiting for."""
+    info = getattr(function, "cache_info", None)
+    try:
+        return bool(info is not None and info().currsize)
+    except Exception:  # noqa: BLE001 - not an lru_cache: wait as for any thread
+        return False
 
 
 def reset() -> None:
     """Forgets the thread started before (tests)."""
-    global _thread
+    global _thread, _function
     with _lock:
-        _thread = None
+        _thread = _function = None

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from foundry_core.archive_names import LIST_NAME
+from foundry_core.engine.host_caches import is_temporary
+from foundry_core.engine.jit_dirs import not_a_lock
 
 
 def _home(env: Mapping[str, str]) -> Path:
@@ -150,13 +152,13 @@ TOP_ENTRIES = 20
 NOT_CARRIED_ENTRIES = 60
 
 
-def carried_names(archive: str | os.PathLike | None) -> set[tuple[str, str]] | None:
-    """Every file the archive's ranks carry (their ``host_caches.json`` lists), as (directory
-    name, file name): a carried path and its place in a cache directory agree on those two,
-    wherever each cache's root is. None when the archive lists none."""
+def carried_paths(archive: str | os.PathLike | None) -> set[tuple[str, ...]] | None:
+    """Every file the archive's ranks carry (their ``host_caches.json`` lists), as the parts of its
+    path within its cache: a file in a cache directory is carried when its path there ends with
+    one of them, wherever each cache's root is. None when the archive lists none."""
     if archive is None:
         return None
-    names: set[tuple[str, str]] = set()
+    paths: set[tuple[str, ...]] = set()
     listed = False
     for path in sorted(Path(archive).glob(f"rank*/{LIST_NAME}")):
         try:
@@ -165,18 +167,26 @@ def carried_names(archive: str | os.PathLike | None) -> set[tuple[str, str]] | N
             continue
         listed = True
         for files in caches.values():
-            for rel in files if isinstance(files, dict) else ():
-                parts = PurePosixPath(rel).parts
-                names.add((parts[-2] if len(parts) > 1 else "", parts[-1] if parts else ""))
-    return names if listed else None
+            paths.update(PurePosixPath(rel).parts for rel in (files if isinstance(files, dict) else ()))
+    return paths if listed else None
 
 
-def inventory(env: Mapping[str, str | None], carried: set[tuple[str, str]] | None = None) -> dict[str, dict]:
+def _carried(parts: tuple[str, ...], carried: set[tuple[str, ...]]) -> bool:
+    return any(parts[i:] in carried for i in range(len(parts)))
+
+
+def _compared(parts: tuple[str, ...]) -> bool:
+    """Whether a file counts against the archive: a lock, or a writer's temporary file or directory,
+    is never carried."""
+    return not any(is_temporary(part) for part in parts) and not_a_lock(parts[-1])
+
+
+def inventory(env: Mapping[str, str | None], carried: set[tuple[str, ...]] | None = None) -> dict[str, dict]:
     """What each cache variable's directory in ``env`` holds, by variable: ``files`` and ``bytes``
     (plain files anywhere below it), ``top`` (up to :data:`TOP_ENTRIES` names directly in it, sorted).
-    With ``carried`` (:func:`carried_names`): ``not_carried``, how many of those files the archive
-    does not carry (the start wrote them: it compiled), and ``not_carried_paths``, up to
-    :data:`NOT_CARRIED_ENTRIES` of them relative to the directory.
+    With ``carried`` (:func:`carried_paths`): ``not_carried``, how many of those files, locks and
+    temporaries aside, the archive does not carry (the start wrote them, most likely compiling), and
+    ``not_carried_paths``, up to :data:`NOT_CARRIED_ENTRIES` of them relative to the directory.
 
     After a cold start that is what Foundry placed from the archive plus what the start compiled,
     the only trace of why it took longer once its directories are emptied or removed. Each
@@ -186,7 +196,7 @@ def inventory(env: Mapping[str, str | None], carried: set[tuple[str, str]] | Non
     return {var.name: _walk(value, carried) for var in CACHE_VARIABLES if (value := env.get(var.name))}
 
 
-def _walk(root: str, carried: set[tuple[str, str]] | None = None) -> dict:
+def _walk(root: str, carried: set[tuple[str, ...]] | None = None) -> dict:
     listing: dict = {"files": 0, "bytes": 0, "top": []}
     if carried is not None:
         listing.update(not_carried=0, not_carried_paths=[])
@@ -208,9 +218,11 @@ def _walk(root: str, carried: set[tuple[str, str]] | None = None) -> dict:
             elif entry.is_file(follow_symlinks=False):
                 listing["files"] += 1
                 listing["bytes"] += entry.stat(follow_symlinks=False).st_size
-                if carried is not None and (Path(entry.path).parent.name, entry.name) not in carried:
+                rel = os.path.relpath(entry.path, root)
+                parts = Path(rel).parts
+                if carried is not None and _compared(parts) and not _carried(parts, carried):
                     listing["not_carried"] += 1
-                    listing["not_carried_paths"].append(os.path.relpath(entry.path, root))
+                    listing["not_carried_paths"].append(rel)
         except OSError:
             unreadable += 1
     if unreadable:

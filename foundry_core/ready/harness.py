@@ -148,7 +148,7 @@ class Run:
             self._run(plan, record)
             if step.kind in kinds.COLD_KINDS:
                 # The server has stopped; its cache directories are emptied or removed next.
-                record["caches_after"] = caches.inventory(plan.env, caches.carried_names(archive))
+                record["caches_after"] = caches.inventory(plan.env, caches.carried_paths(archive))
         if step.kind == "save" and record["ok"] and archive is not None and archive.is_dir():
             if self.archive is not None and self.archive != archive:
                 shutil.rmtree(self.archive, ignore_errors=True)  # only the latest SAVE's is used

@@ -167,8 +167,9 @@ def cold_caches_tables(result: dict) -> list[Table]:
             if any(files):
                 mib = [h.get("bytes", 0) / MIB for h in held]
                 row = [name, Spread.of(files).text(0), Spread.of(mib).text(1)]
-                if compared:
-                    row.append(Spread.of([h.get("not_carried", 0) for h in held]).text(0))
+                if compared:  # over the starts whose caches were compared
+                    counts = [h["not_carried"] for h in held if "not_carried" in h]
+                    row.append(Spread.of(counts).text(0) if counts else "-")
                 table.add_row(*row)
         if not table.rows:
             table.caption = "no cache held a file"
@@ -224,7 +225,8 @@ def not_carried(result: dict) -> list[str]:
             if count:
                 paths = listing.get("not_carried_paths") or []
                 shown = ", ".join(paths[:NOT_CARRIED_SHOWN])
-                more = f" and {count - min(len(paths), NOT_CARRIED_SHOWN)} more" if count > NOT_CARRIED_SHOWN else ""
+                shown_n = min(len(paths), NOT_CARRIED_SHOWN)
+                more = f" and {count - shown_n} more" if count > shown_n else ""
                 parts.append(f"{name} {count} ({shown}{more})")
         if s.get("recorded", True) and parts:
             lines.append(f"round {s['round']} {s['kind']} wrote files the archive does not carry: {'; '.join(parts)}")

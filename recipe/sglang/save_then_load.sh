@@ -29,7 +29,7 @@
 #      TPOT_REPS (3): repetitions of that measurement (and of TTFT's); TTFT: prompt lengths in
 #      tokens to time the first token at (e.g. 60,900,1700: the median of TPOT_REPS requests of
 #      one output token, each prompt new to the prefix cache); TTFT_SETTLE: seconds after which
-#      the TTFT requests run again (one token longer), as ttft_settled_ms; REPEAT (1): after the checks,
+#      TTFT is timed again (new prompts of the same lengths), as ttft_settled_ms; REPEAT (1): after the checks,
 #      REPEAT-1 more pairs of an unmodified start (baseline-N, with BASELINE=1) and a LOAD start
 #      (load-N), alternating, for TPOT over several starts (recipe/tpot_spread.py); LOAD_ONLY=1:
 #      keep the archive and run the LOAD start alone (it must restore); BASELINE_ONLY=N: N
@@ -162,11 +162,12 @@ def tpot_samples_ms(batch, steps=64):
     timed(steps + 1)  # first use of this batch size
     return [(timed(steps + 1) - timed(1)) / steps * 1e3 for _ in range(reps)]
 
-def ttft_samples_ms(n):
+def ttft_samples_ms(n, first=0):
     # A first token alone: the prefill of n tokens, its sampling, and the HTTP round trip. The
-    # first token of each prompt is its own, so SGLang's prefix cache never serves a prefill.
+    # first token of each prompt is its own (from `first` on), so SGLang's prefix cache never
+    # serves a prefill.
     def timed(r):
-        prompt = [20000 + 50 * n + r] + [(7 * i) % 997 + 100 for i in range(n - 1)]
+        prompt = [20000 + 50 * n + first + r] + [(7 * i) % 997 + 100 for i in range(n - 1)]
         start = time.perf_counter()
         generate([prompt], 1, key="input_ids")
         return (time.perf_counter() - start) * 1e3
@@ -182,7 +183,7 @@ result = {"ready_s": ready, "tokens": ids, "logprobs": logprobs, "tpot_ms": tpot
 settle = float(os.environ.get("TTFT_SETTLE") or 0)
 if ttft_lengths and settle > 0:  # the same requests again once the server has served a while
     time.sleep(settle)
-    later = {str(n): ttft_samples_ms(n + 1) for n in ttft_lengths}  # one token longer: new to the prefix cache
+    later = {str(n): ttft_samples_ms(n, first=reps + 1) for n in ttft_lengths}  # new prompts of the same lengths
     result.update(ttft_settled_ms={n: statistics.median(s) for n, s in later.items()}, ttft_settled_samples_ms=later,
                   ttft_settle_s=settle)
 json.dump(result, open(out, "w"))

@@ -338,7 +338,7 @@ def test_a_kernel_missing_from_the_archive_but_on_the_host_is_not_reported(fake_
         assert open_kernel("LOCAL") is not None and open_kernel("ELSE") is None
     triton_cache.uninstall()
     assert carrier.missing == ["ELSE"]
-    assert "Triton kernel ELSE is neither carried in the archive nor in this host's cache" in caplog.text
+    assert "Triton cache entry ELSE is neither carried in the archive nor on this host" in caplog.text
     assert "LOCAL" not in caplog.text
 
 

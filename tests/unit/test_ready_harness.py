@@ -391,25 +391,31 @@ def test_inventory_names_the_files_a_cold_start_wrote_that_the_archive_does_not_
     (archive / "rank0").mkdir(parents=True)
     (archive / "rank0" / "host_caches.json").write_text(json.dumps({"format": "x", "version": 1, "caches": {
         "triton": {"abc/kernel.cubin": {}, "abc/__grp__kernel.json": {}},
-        "tvm-ffi": {"sgl/act/act.so": {}}}}))
-    carried = caches.carried_names(archive)
-    assert carried == {("abc", "kernel.cubin"), ("abc", "__grp__kernel.json"), ("act", "act.so")}
+        "tvm-ffi": {"sgl/act/act.so": {}},
+        "vllm": {"torch_compile_cache/h1/rank_0_0/backbone/computation_graph.py": {}}}}))
+    carried = caches.carried_paths(archive)
+    assert ("abc", "kernel.cubin") in carried and ("sgl", "act", "act.so") in carried
     triton = _tree(tmp_path / "triton", {"abc/kernel.cubin": "x", "abc/__grp__kernel.json": "{}",
-                                         "new/__triton_launcher.so": "so", "new/other.json": "{}"})
-    tvm = _tree(tmp_path / "tvm", {"cache/sgl/act/act.so": "so"})  # another root: the last two names agree
-    listed = caches.inventory({"TRITON_CACHE_DIR": str(triton), "TVM_FFI_CACHE_DIR": str(tvm)}, carried)
-    assert listed["TRITON_CACHE_DIR"]["not_carried"] == 2
+                                         "new/__triton_launcher.so": "so", "new/other.json": "{}",
+                                         "tmp.pid_7_x/partial.cubin": "", "lock": ""})
+    tvm = _tree(tmp_path / "tvm", {"cache/sgl/act/act.so": "so", "cache/sgl/act/act.so.lock": ""})  # another root
+    # vLLM compiled again under another hash: same last names, another path
+    vllm = _tree(tmp_path / "vllm", {"torch_compile_cache/h2/rank_0_0/backbone/computation_graph.py": ""})
+    env = {"TRITON_CACHE_DIR": str(triton), "TVM_FFI_CACHE_DIR": str(tvm), "VLLM_CACHE_ROOT": str(vllm)}
+    listed = caches.inventory(env, carried)
+    assert listed["TRITON_CACHE_DIR"]["not_carried"] == 2  # a lock and a writer's temporary are never carried
     assert listed["TRITON_CACHE_DIR"]["not_carried_paths"] == ["new/__triton_launcher.so", "new/other.json"]
-    assert listed["TVM_FFI_CACHE_DIR"]["not_carried"] == 0 and listed["TVM_FFI_CACHE_DIR"]["files"] == 1
+    assert listed["TVM_FFI_CACHE_DIR"]["not_carried"] == 0 and listed["TVM_FFI_CACHE_DIR"]["files"] == 2
+    assert listed["VLLM_CACHE_ROOT"]["not_carried_paths"] == ["torch_compile_cache/h2/rank_0_0/backbone/computation_graph.py"]
     assert "not_carried" not in caches.inventory({"TRITON_CACHE_DIR": str(triton)})["TRITON_CACHE_DIR"]
 
 
 def test_an_archive_without_carried_caches_compares_nothing(tmp_path):
-    assert caches.carried_names(None) is None
-    assert caches.carried_names(tmp_path) is None  # no rank lists a file
+    assert caches.carried_paths(None) is None
+    assert caches.carried_paths(tmp_path) is None  # no rank lists a file
     (tmp_path / "rank0").mkdir()
     (tmp_path / "rank0" / "host_caches.json").write_text("not json")
-    assert caches.carried_names(tmp_path) is None
+    assert caches.carried_paths(tmp_path) is None
 
 
 def test_a_save_start_serves_on_for_a_while_after_its_first_completion(fake, tmp_path, monkeypatch):

@@ -1754,6 +1754,19 @@ def test_load_computes_tritons_cache_key_ahead(scheduler, monkeypatch):
     assert threads == ["foundry-triton-key"]
 
 
+def test_load_waits_for_the_key_thread_before_the_decode_loop_and_save_does_not(scheduler, monkeypatch):
+    calls: list[int] = []
+    monkeypatch.setattr(capture_patches, "wait_triton_key",
+                        lambda: calls.append(len(run_log(scheduler))) or 0.0)
+    scheduler("save")
+    assert calls == []
+    run = scheduler("load")
+    assert run.rt.restored == 4 and len(calls) == 1
+    # before SGLang's loop prepared its first shape, all of which come after it
+    prepared = [i for i, e in enumerate(run_log(scheduler)) if isinstance(e, tuple) and e[0] == "prepare"]
+    assert len(prepared) == 4 and min(prepared) >= calls[0]
+
+
 def run_log(scheduler) -> list:
     return sys.modules["sglang"].LOG
 

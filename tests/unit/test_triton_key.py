@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import types
 
 import pytest
@@ -69,9 +70,19 @@ def test_a_failing_key_is_left_to_triton(monkeypatch, caplog):
     assert "could not be computed ahead: libtriton.so" in caplog.text
 
 
-def test_waiting_without_a_thread_returns_at_once(fake_triton):
+def test_waiting_without_a_thread_returns_at_once_and_starts_none(fake_triton):
     assert triton_key.wait_triton_key() == 0.0
-    assert fake_triton == []
+    assert triton_key._thread is None and fake_triton == []
+
+
+def _hashing_key(monkeypatch, release: threading.Event, done: list[str]):
+    """An imported Triton whose lru_cache'd key blocks until ``release``."""
+    import functools
+
+    module = types.ModuleType("triton.runtime.cache")
+    module.triton_key = functools.lru_cache(lambda: release.wait(5) and done.append("key") or "3.6-abc")
+    monkeypatch.setitem(sys.modules, "triton.runtime.cache", module)
+    return module
 
 
 def test_waiting_joins_a_thread_still_hashing(monkeypatch, caplog):
@@ -79,23 +90,40 @@ def test_waiting_joins_a_thread_still_hashing(monkeypatch, caplog):
     the thread's key is there, and the ledger shows it beside the total, not in it."""
     from foundry_core.engine.critical_path import Ledger
 
-    release = threading.Event()
-    done: list[str] = []
-    module = types.ModuleType("triton.runtime.cache")
-    module.triton_key = lambda: release.wait(5) and done.append("key")
-    monkeypatch.setitem(sys.modules, "triton.runtime.cache", module)
+    release, done = threading.Event(), []
+    _hashing_key(monkeypatch, release, done)
     ledger = Ledger()
     monkeypatch.setattr(triton_key, "LEDGER", ledger)
     triton_key.reset()
+    waited: list[float] = []
     try:
         thread = triton_key.warm_triton_key()
-        threading.Timer(0.05, release.set).start()
         with caplog.at_level("INFO", logger="foundry"):
-            waited = triton_key.wait_triton_key()
+            waiter = threading.Thread(target=lambda: waited.append(triton_key.wait_triton_key()))
+            waiter.start()
+            time.sleep(0.1)
+            assert waiter.is_alive() and thread.is_alive()  # the wait has begun, the hash goes on
+            release.set()
+            waiter.join(5)
     finally:
+        release.set()
         triton_key.reset()
-    assert done == ["key"] and not thread.is_alive()
-    assert waited >= 0.04
+    assert done == ["key"] and not thread.is_alive() and waited[0] >= 0.1
     assert "waited" in caplog.text and "Triton's cache key" in caplog.text
-    assert ledger.overlapped().get("triton key wait", 0.0) >= 0.04
-    assert "triton key wait" not in ledger.items()
+    assert ledger.overlapped()["triton key wait"] >= 0.1 and "triton key wait" not in ledger.items()
+
+
+def test_no_wait_when_the_key_is_cached_already_or_for_longer_than_the_limit(monkeypatch, caplog):
+    release, done = threading.Event(), []
+    module = _hashing_key(monkeypatch, release, done)
+    triton_key.reset()
+    try:
+        triton_key.warm_triton_key()
+        with caplog.at_level("INFO", logger="foundry"):
+            waited = triton_key.wait_triton_key(limit_s=0.05)  # a hash stuck on a slow disk
+        assert 0.05 <= waited < 1.0 and "still runs" in caplog.text
+        module.triton_key.cache_info = lambda: types.SimpleNamespace(currsize=1)  # another caller computed it
+        assert triton_key.wait_triton_key() == 0.0
+    finally:
+        release.set()
+        triton_key.reset()

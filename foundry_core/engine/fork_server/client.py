@@ -212,12 +212,13 @@ _STATE = _State()
 WAIT_ITEM = "fork server imports"
 OWN_ITEM = "fork server own"
 # The fork server's own steps inside its import time, from its status (preload.run).
-OWN_STEPS = ("before_s", "watch_s", "checks_s")
+OWN_STEPS = ("before_s", "nvml_s", "watch_s", "checks_s")
 
 
 def own_seconds(status: dict) -> float:
-    """Foundry's seconds inside the fork server's import time: the step before the imports, the
-    driver watch and the checks after them (the rest is the engine's imports)."""
+    """Foundry's seconds inside the fork server's import time: the step before the imports,
+    starting NVML, the driver watch and the checks after the imports (the rest is the engine's
+    imports)."""
     total = 0.0
     for key in OWN_STEPS:
         try:

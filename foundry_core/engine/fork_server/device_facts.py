@@ -136,6 +136,7 @@ class Answers:
     stand_ins: dict[str, Callable[..., Any]] = field(default_factory=dict)
     given: list[DeviceFacts] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
+    nvml_s: float = 0.0  # what starting NVML took (Foundry's own step, before the imports)
 
 
 class _Switch:

@@ -195,9 +195,18 @@ def nvml_answers() -> contextlib.AbstractContextManager:
         import pynvml
         import torch
 
-        return device_facts.answered_from(torch, device_facts.nvml_facts(torch, pynvml))
+        start = time.perf_counter()
+        facts = device_facts.nvml_facts(torch, pynvml)
+        return _noting_nvml(device_facts.answered_from(torch, facts), time.perf_counter() - start)
     except Exception:  # noqa: BLE001 - no NVML: import as the engine does
         return contextlib.nullcontext(device_facts.Answers())
+
+
+@contextlib.contextmanager
+def _noting_nvml(answers: contextlib.AbstractContextManager, seconds: float) -> Iterator[device_facts.Answers]:
+    with answers as answered:
+        answered.nvml_s = seconds
+        yield answered
 
 
 def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager] = nvml_answers,
@@ -206,7 +215,8 @@ def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager]
     """Imports ``modules`` with the device queries answered from NVML; returns why the process is
     not safe to fork from, or None. Stops at the import that finds the driver initialised.
     ``timings`` gets ``checks_s``: the seconds of the checks after the imports (part of the
-    import time the status reports), and each check's own (:data:`CHECKS`), and ``watch_s`` /
+    import time the status reports), and each check's own (:data:`CHECKS`), ``nvml_s``: starting
+    NVML for the stand-ins (torch's import aside), and ``watch_s`` /
     ``watch_imports``: what the driver watch's probes took during the imports; ``kept`` the queries
     whose stand-in an import kept (each calls torch's own function now)."""
     try:
@@ -218,6 +228,7 @@ def import_all(modules, answers: Callable[[], contextlib.AbstractContextManager]
                "(the fork server stopped importing there)"
     timings = timings if timings is not None else {}
     timings["watch_s"], timings["watch_imports"] = watched.probe_s, watched.probes
+    timings["nvml_s"] = getattr(answered, "nvml_s", 0.0)
     with _timed(timings, "checks_s"):
         if kept is not None:
             kept.extend(device_facts.kept_stand_ins(answered))
