@@ -218,11 +218,12 @@ def _walk(root: str, carried: set[tuple[str, ...]] | None = None) -> dict:
             elif entry.is_file(follow_symlinks=False):
                 listing["files"] += 1
                 listing["bytes"] += entry.stat(follow_symlinks=False).st_size
-                rel = os.path.relpath(entry.path, root)
-                parts = Path(rel).parts
-                if carried is not None and _compared(parts) and not _carried(parts, carried):
-                    listing["not_carried"] += 1
-                    listing["not_carried_paths"].append(rel)
+                if carried is not None:
+                    rel = os.path.relpath(entry.path, root)
+                    parts = Path(rel).parts
+                    if _compared(parts) and not _carried(parts, carried):
+                        listing["not_carried"] += 1
+                        listing["not_carried_paths"].append(rel)
         except OSError:
             unreadable += 1
     if unreadable:

@@ -17,6 +17,7 @@ is stopped around every fork (a child would wait for good on the lock it held) a
 both sides.
 """
 
+import faulthandler
 import os
 import sys
 import threading
@@ -58,8 +59,6 @@ _dumps_file = None  # this process's dump file, kept open for the watchdog
 
 def _arm_dumps() -> None:
     global _dumps_file
-    import faulthandler
-
     _dumps_file = open(os.path.join(_DIR, f"dumps-{os.getpid()}.txt"), "a", buffering=1)
     _dumps_file.write(f"# pid {os.getpid()} armed {time.time():.3f} every {_DUMPS} s\n")
     faulthandler.dump_traceback_later(_DUMPS, repeat=True, file=_dumps_file)
@@ -67,15 +66,11 @@ def _arm_dumps() -> None:
 
 def _pause_dumps() -> None:
     if _dumps_file is not None:
-        import faulthandler
-
         faulthandler.cancel_dump_traceback_later()
 
 
 def _resume_dumps() -> None:
     if _dumps_file is not None:
-        import faulthandler
-
         faulthandler.dump_traceback_later(_DUMPS, repeat=True, file=_dumps_file)
 
 
