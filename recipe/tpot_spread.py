@@ -39,10 +39,11 @@ def spread(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
 
-def table(kinds: dict[str, list[dict[str, float]]], reference: str, label: str = "b") -> list[str]:
-    """LABEL prefixes each column's key: b for a batch size, n for a prompt length in tokens."""
+def table(kinds: dict[str, list[dict[str, float]]], reference: str, label: str = "b", unit: str = "ms") -> list[str]:
+    """LABEL prefixes each column's key: b for a batch size, n for a prompt length in tokens;
+    UNIT names what the numbers count (ms, or faults for ``ttft_faults``)."""
     batches = sorted({b for starts in kinds.values() for t in starts for b in t}, key=int)
-    lines = ["| kind | starts | " + " | ".join(f"{label}{b} ms median (min-max)" for b in batches) + " |",
+    lines = ["| kind | starts | " + " | ".join(f"{label}{b} {unit} median (min-max)" for b in batches) + " |",
              "|" + "---|" * (len(batches) + 2)]
     for kind, starts in kinds.items():
         cells = []
@@ -56,7 +57,7 @@ def table(kinds: dict[str, list[dict[str, float]]], reference: str, label: str =
     ref_range = []
     for b in batches:
         med, lo, hi = spread([t[b] for t in ref if b in t])
-        ref_range.append(f"{(lo - med) / med * 100:+.1f} / {(hi - med) / med * 100:+.1f} %")
+        ref_range.append(f"{(lo - med) / med * 100:+.1f} / {(hi - med) / med * 100:+.1f} %" if med else "-")
     lines.append(f"| {reference}: its own starts' range around its median | " + " | ".join(ref_range) + " |")
     for kind, starts in kinds.items():
         if kind == reference:
@@ -64,7 +65,7 @@ def table(kinds: dict[str, list[dict[str, float]]], reference: str, label: str =
         cells = []
         for b in batches:
             ours, theirs = [t[b] for t in starts if b in t], [t[b] for t in ref if b in t]
-            if ours and theirs:
+            if ours and theirs and statistics.median(theirs):
                 cells.append(f"{(statistics.median(ours) / statistics.median(theirs) - 1) * 100:+.1f} %")
             else:
                 cells.append("-")
@@ -78,6 +79,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--reference")
     p.add_argument("--key", default="tpot_ms", help="the per-start numbers to compare (default: tpot_ms)")
     p.add_argument("--label", default="b", help="the column prefix: b (batch size, default) or n (prompt tokens, ttft_ms)")
+    p.add_argument("--unit", default="ms", help="what the numbers count, for the header (default: ms)")
     args = p.parse_args(argv)
     kinds = runs_by_kind(args.dir, args.key)
     if not kinds:
@@ -87,7 +89,7 @@ def main(argv: list[str]) -> int:
     if reference not in kinds:
         print(f"no starts of kind {reference!r} in {args.dir} (found {', '.join(kinds)})", file=sys.stderr)
         return 1
-    print("\n".join(table(kinds, reference, args.label)))
+    print("\n".join(table(kinds, reference, args.label, args.unit)))
     return 0
 
 

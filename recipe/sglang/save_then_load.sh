@@ -29,8 +29,9 @@
 #      TPOT_REPS (3): repetitions of that measurement (and of TTFT's); TTFT: prompt lengths in
 #      tokens to time the first token at (e.g. 60,900,1700: the median of TPOT_REPS requests of
 #      one output token, each prompt new to the prefix cache); TTFT_SETTLE: seconds after which
-#      TTFT is timed again (new prompts of the same lengths), as ttft_settled_ms; REPEAT (1): after the checks,
-#      REPEAT-1 more pairs of an unmodified start (baseline-N, with BASELINE=1) and a LOAD start
+#      TTFT is timed again (new prompts of the same lengths), as ttft_settled_ms (the schedulers'
+#      minor page faults per TTFT request, medians: ttft_faults, ttft_settled_faults); REPEAT (1):
+#      after the checks, REPEAT-1 more pairs of an unmodified start (baseline-N, with BASELINE=1) and a LOAD start
 #      (load-N), alternating, for TPOT over several starts (recipe/tpot_spread.py); LOAD_ONLY=1:
 #      keep the archive and run the LOAD start alone (it must restore); BASELINE_ONLY=N: N
 #      unmodified starts alone, their outputs compared with each other (the engine's own
@@ -162,30 +163,56 @@ def tpot_samples_ms(batch, steps=64):
     timed(steps + 1)  # first use of this batch size
     return [(timed(steps + 1) - timed(1)) / steps * 1e3 for _ in range(reps)]
 
-def ttft_samples_ms(n, first=0):
+def scheduler_faults():
+    # Minor page faults of the schedulers (SGLang names them sglang::scheduler*) so far: a scheduler
+    # forked from a process that imported SGLang shares its pages until it writes to them.
+    total = 0
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if not f.read().startswith(b"sglang::scheduler"):
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                total += int(f.read().rpartition(")")[2].split()[7])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+def ttft_samples_ms(n, first=0, faults=None):
     # A first token alone: the prefill of n tokens, its sampling, and the HTTP round trip. The
     # first token of each prompt is its own (from `first` on), so SGLang's prefix cache never
-    # serves a prefill.
+    # serves a prefill. `faults` gets each request's scheduler page faults.
     def timed(r):
         prompt = [20000 + 50 * n + first + r] + [(7 * i) % 997 + 100 for i in range(n - 1)]
+        before = scheduler_faults()
         start = time.perf_counter()
         generate([prompt], 1, key="input_ids")
-        return (time.perf_counter() - start) * 1e3
+        ms = (time.perf_counter() - start) * 1e3
+        if faults is not None and r:
+            faults.append(scheduler_faults() - before)
+        return ms
     timed(0)  # first use of this token count
     return [timed(r + 1) for r in range(reps)]
 
+def ttft_run(first=0):
+    samples, faults = {}, {}
+    for n in ttft_lengths:
+        faults[str(n)] = []
+        samples[str(n)] = ttft_samples_ms(n, first, faults[str(n)])
+    return samples, {n: statistics.median(f) for n, f in faults.items() if f}
+
 samples = {str(b): tpot_samples_ms(b) for b in tpot_batches}
 tpot = {b: statistics.median(s) for b, s in samples.items()}
-ttft_samples = {str(n): ttft_samples_ms(n) for n in ttft_lengths}
+ttft_samples, ttft_faults = ttft_run()
 ttft = {n: statistics.median(s) for n, s in ttft_samples.items()}
 result = {"ready_s": ready, "tokens": ids, "logprobs": logprobs, "tpot_ms": tpot, "tpot_samples_ms": samples,
-          "ttft_ms": ttft, "ttft_samples_ms": ttft_samples}
+          "ttft_ms": ttft, "ttft_samples_ms": ttft_samples, "ttft_faults": ttft_faults}
 settle = float(os.environ.get("TTFT_SETTLE") or 0)
 if ttft_lengths and settle > 0:  # the same requests again once the server has served a while
     time.sleep(settle)
-    later = {str(n): ttft_samples_ms(n, first=reps + 1) for n in ttft_lengths}  # new prompts of the same lengths
+    later, later_faults = ttft_run(first=reps + 1)  # new prompts of the same lengths
     result.update(ttft_settled_ms={n: statistics.median(s) for n, s in later.items()}, ttft_settled_samples_ms=later,
-                  ttft_settle_s=settle)
+                  ttft_settled_faults=later_faults, ttft_settle_s=settle)
 json.dump(result, open(out, "w"))
 shown = " ".join(f"b{b}={ms:.2f}ms" for b, ms in tpot.items())
 first = " ".join(f"n{n}={ms:.2f}ms" for n, ms in ttft.items())

@@ -15,9 +15,15 @@ with the Unix time the dumps were armed; dump N came at least N * SECONDS later 
 time adds up). Reading other threads without the GIL can, rarely, print a torn stack. The watchdog
 is stopped around every fork (a child would wait for good on the lock it held) and armed again on
 both sides.
+
+Every garbage collection of at least FOUNDRY_GC_PAUSE_MS (default 10) milliseconds is written to
+DIR/gc-<pid>.txt, `<unix time>\tgen=<generation>\t<seconds>\tcollected=<n>\tfrozen=<n>`: a full
+collection holds the GIL (and, in a forked child, copies every page it walks), so it shows as a gap
+in the samples with no C call to blame.
 """
 
 import faulthandler
+import gc
 import os
 import sys
 import threading
@@ -26,6 +32,7 @@ import time
 _DIR = os.environ.get("FOUNDRY_STACK_SAMPLES")
 _INTERVAL = float(os.environ.get("FOUNDRY_STACK_INTERVAL", "0.1"))
 _DUMPS = float(os.environ.get("FOUNDRY_STACK_DUMPS", "0") or 0)
+_GC_PAUSE_S = float(os.environ.get("FOUNDRY_GC_PAUSE_MS", "10") or 10) / 1e3
 
 
 def _stack(frame) -> str:
@@ -74,6 +81,24 @@ def _resume_dumps() -> None:
         faulthandler.dump_traceback_later(_DUMPS, repeat=True, file=_dumps_file)
 
 
+_gc_started = 0.0
+_gc_file = None  # (pid, file): reopened in a forked child
+
+
+def _on_gc(phase: str, info: dict) -> None:
+    global _gc_started, _gc_file
+    if phase == "start":
+        _gc_started = time.perf_counter()
+        return
+    seconds = time.perf_counter() - _gc_started
+    if seconds < _GC_PAUSE_S:
+        return
+    if _gc_file is None or _gc_file[0] != os.getpid():
+        _gc_file = (os.getpid(), open(os.path.join(_DIR, f"gc-{os.getpid()}.txt"), "a", buffering=1))
+    _gc_file[1].write(f"{time.time() - seconds:.3f}\tgen={info.get('generation')}\t{seconds:.3f}\t"
+                      f"collected={info.get('collected')}\tfrozen={gc.get_freeze_count()}\n")
+
+
 def _start() -> None:
     threading.Thread(target=_sample, args=(threading.main_thread().ident,), daemon=True,
                      name="stack-sampler").start()
@@ -87,4 +112,5 @@ if _DIR:
     # there only its children sample, or the engine would spawn them instead.
     if not os.environ.get("FOUNDRY_FORK_SERVER_STATUS"):
         _start()
+    gc.callbacks.append(_on_gc)  # the fork server's own collections too: its children inherit the callback
     os.register_at_fork(before=_pause_dumps, after_in_parent=_resume_dumps, after_in_child=_start)

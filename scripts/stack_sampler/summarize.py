@@ -7,6 +7,9 @@ Usage: python scripts/stack_sampler/summarize.py DIR [--frames N] [--from UNIX -
 --within FRAME: only the samples taken inside FRAME (a function name, or `file.py:function`), as one
 profile per process: seconds per innermost frames, each sample counting until the next one (so
 a C call that held the GIL counts in full).
+
+Either way, each process's long garbage collections (DIR/gc-<pid>.txt) follow: their count, total
+and the longest, with their Unix times to match against a gap in the samples.
 """
 
 from __future__ import annotations
@@ -70,6 +73,22 @@ def profile(path: pathlib.Path, frames: int, within: str, top: int) -> list[str]
     return lines
 
 
+def gc_pauses(path: pathlib.Path, top: int = 5) -> list[str]:
+    """The collections in one gc-<pid>.txt: count, total seconds, the ``top`` longest."""
+    pauses = []
+    for raw in path.read_text(errors="replace").splitlines():
+        fields = raw.split("\t")
+        try:
+            pauses.append((float(fields[2]), float(fields[0]), fields[1], " ".join(fields[3:])))
+        except (IndexError, ValueError):
+            continue
+    if not pauses:
+        return []
+    lines = [f"{len(pauses)} garbage collections, {sum(p[0] for p in pauses):.3f} s in all"]
+    lines += [f"{s:8.3f} s  at {t:.3f} {gen} {rest}" for s, t, gen, rest in sorted(pauses, reverse=True)[:top]]
+    return lines
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("dir", type=pathlib.Path)
@@ -88,6 +107,11 @@ def main() -> None:
             continue
         print(f"== {path.name}")
         print("\n".join(summarize(path, args.frames, args.start, args.stop)))
+    for path in sorted(args.dir.glob("gc-*.txt")):
+        lines = gc_pauses(path)
+        if lines:
+            print(f"== {path.name}")
+            print("\n".join(lines))
 
 
 if __name__ == "__main__":

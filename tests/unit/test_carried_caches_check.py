@@ -49,3 +49,30 @@ def test_a_compiled_changed_or_rewritten_file_is_named(tmp_path):
     assert any("a.so (rewritten" in p for p in problems)
     assert any("b.so (other bytes)" in p for p in problems)
     assert check_mod.main([str(archive)]) == 1
+
+
+def test_a_cache_at_another_path_is_read_there(tmp_path):
+    archive, root = _archive(tmp_path, {"a.so": b"ELF"})
+    elsewhere = tmp_path / "new-host" / "fi"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "a.so").write_bytes(b"ELF")
+    os.utime(elsewhere / "a.so", ns=(1_000_000_000, 1_000_000_000))
+    (elsewhere / "k.so").write_bytes(b"built here")
+    checked, problems = check_mod.check(archive, {"flashinfer": str(elsewhere)})
+    assert checked == 1 and len(problems) == 1 and "k.so (not in the archive" in problems[0]
+    assert check_mod.main([str(archive), "--at", f"flashinfer={elsewhere}"]) == 1
+    assert check_mod.main([str(archive)]) == 0  # the saving host's path holds only carried files
+    assert check_mod.main([str(archive), "--at"]) == 2
+    assert check_mod.main([str(archive), "--in", "flashinfer=x"]) == 2
+
+
+def test_two_caches_at_one_root_are_checked_together(tmp_path):
+    # Triton's kernels and its modules built at import share Triton's cache directory.
+    archive, root = _archive(tmp_path, {"k1/kernel.cubin": b"SASS"})
+    (root / "m1").mkdir()
+    (root / "m1" / "cuda_utils.so").write_bytes(b"ELF")
+    listed = json.loads((archive / "rank0" / "host_caches.json").read_text())
+    listed["roots"]["triton-at-import"] = str(root)
+    listed["caches"]["triton-at-import"] = {"m1/cuda_utils.so": {"size": 3, "sha256": hashlib.sha256(b"ELF").hexdigest()}}
+    (archive / "rank0" / "host_caches.json").write_text(json.dumps(listed))
+    assert check_mod.check(archive) == (2, [])

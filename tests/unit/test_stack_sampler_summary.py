@@ -52,4 +52,46 @@ def test_a_fork_server_samples_nothing_itself_and_its_forked_children_do(tmp_pat
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     threads, child = out.stdout.split()
     assert threads == "1"
-    assert [p.name for p in (tmp_path / "s").iterdir()] == [f"stacks-{child}.txt"]
+    assert [p.name for p in (tmp_path / "s").glob("stacks-*")] == [f"stacks-{child}.txt"]
+
+
+def _run_sampled(tmp_path, code: str, **env: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(_PATH.parent), FOUNDRY_STACK_SAMPLES=str(tmp_path / "s"), **env)
+    env.pop("FOUNDRY_FORK_SERVER_STATUS", None)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_each_long_collection_is_written_by_the_process_that_ran_it(tmp_path):
+    code = ("import gc, os\n"
+            "gc.collect()\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    gc.freeze(); gc.collect(); os._exit(0)\n"
+            "os.waitpid(pid, 0); print(os.getpid(), pid)\n")
+    parent, child = _run_sampled(tmp_path, code, FOUNDRY_GC_PAUSE_MS="0").split()
+    mine = (tmp_path / "s" / f"gc-{parent}.txt").read_text().splitlines()
+    theirs = (tmp_path / "s" / f"gc-{child}.txt").read_text().splitlines()
+    assert any(line.split("\t")[1] == "gen=2" and line.endswith("frozen=0") for line in mine)
+    assert not any(line.endswith("frozen=0") for line in theirs if "gen=2" in line)  # after its freeze
+    assert any("gen=2" in line for line in theirs)
+
+
+def test_short_collections_are_not_written(tmp_path):
+    _run_sampled(tmp_path, "import gc; gc.collect()", FOUNDRY_GC_PAUSE_MS="60000")
+    assert not list((tmp_path / "s").glob("gc-*"))
+
+
+def test_the_longest_collections_come_first_with_their_times(tmp_path):
+    path = tmp_path / "gc-9.txt"
+    path.write_text("100.000\tgen=0\t0.012\tcollected=3\tfrozen=0\n"
+                    "101.500\tgen=2\t0.604\tcollected=10\tfrozen=0\n"
+                    "torn line\n")
+    lines = summary.gc_pauses(path, top=1)
+    assert lines[0] == "2 garbage collections, 0.616 s in all"
+    assert lines[1].split() == ["0.604", "s", "at", "101.500", "gen=2", "collected=10", "frozen=0"]
+    assert len(lines) == 2

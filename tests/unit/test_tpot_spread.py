@@ -59,3 +59,15 @@ def test_prompt_lengths_are_labelled_as_such(tmp_path, capsys):
     assert "| baseline | 2 | 31.000 (30.000-32.000) |" in out
     assert "| load: median against baseline's | +0.0 % |" in out
     assert "b900" not in out
+
+
+def test_counts_are_named_by_their_unit_and_a_zero_reference_is_not_divided_by(tmp_path, capsys):
+    for name, faults in (("baseline", 0), ("baseline-2", 0), ("load", 412)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"ttft_faults": {"60": faults}}))
+    assert tpot_spread.main([str(tmp_path), "--reference", "baseline", "--key", "ttft_faults", "--label", "n",
+                             "--unit", "faults"]) == 0
+    out = capsys.readouterr().out
+    assert "| kind | starts | n60 faults median (min-max) |" in out
+    assert "| load | 1 | 412.000 (412.000-412.000) |" in out
+    assert "| load: median against baseline's | - |" in out
+    assert "| baseline: its own starts' range around its median | - |" in out
