@@ -9,12 +9,14 @@ thread while the engine loads its model.
   cache trees its start used (``trees()``, asked again each time: e.g.
   :func:`foundry_core.engine.jit_dirs.trees`). :meth:`CacheCarry.carry` adds what is new since the
   last carry and writes the rank's list; :meth:`CacheCarry.watch` keeps carrying on a thread for a
-  while, each time nothing new has appeared for :data:`QUIET_S`: a server compiles its prefill
-  kernels at its first request, after the start-up the engine's seams cover. A JIT module is used
-  once its library is loaded, so it is complete; a Triton kernel is used from its lookup, before
-  Triton compiles it, so one still compiling :data:`QUIET_S` after the last new entry is carried
-  as far as it is written (without its group file, which Triton writes last) and not again: a
-  LOAD compiles that kernel.
+  while: a server compiles kernels at its first requests, after the start-up the engine's seams
+  cover. Each entry is carried at the first look that finds it complete, so a SAVE stopped
+  seconds after its first requests keeps them. A JIT module is used once its library is loaded,
+  so it is complete; a Triton kernel is used from its lookup, before Triton compiles it, and is
+  complete once its group file (which Triton writes last) or its module is there
+  (:func:`~foundry_core.engine.triton_cache.written`). One still incomplete when nothing new has
+  appeared for :data:`QUIET_S` is carried as far as it is written and not again: a LOAD compiles
+  that kernel.
 - :class:`CachesAhead` (LOAD): places the carried trees the host lacks
   (:meth:`~foundry_core.engine.host_caches.HostCaches.restore`) on a thread, and the Triton
   kernels carried from Triton's own directory through Triton's carrier (as if Triton had looked
@@ -38,7 +40,7 @@ from dataclasses import replace
 from foundry_core.engine import triton_cache
 from foundry_core.engine.critical_path import LEDGER
 from foundry_core.engine.host_caches import CacheTree, Copied, HostCaches
-from foundry_core.engine.triton_cache import CACHE as TRITON, TritonCarrier
+from foundry_core.engine.triton_cache import CACHE as TRITON, TritonCarrier, written
 
 logger = logging.getLogger("foundry")
 
@@ -83,13 +85,14 @@ class CacheCarry:
                 trees.append(replace(tree, used=new))
         return keys, trees
 
-    def carry(self, what: str = "compile caches") -> Copied | None:
-        """Adds what is pending and writes the list (nothing when nothing is pending); None when an
-        OSError (a full disk) stopped it, which is logged: the archive's graphs are complete
-        without its caches."""
+    def carry(self, what: str = "compile caches",
+              only: tuple[dict[str, str], list[CacheTree]] | None = None) -> Copied | None:
+        """Adds what is pending (or ``only`` that part of it, as :meth:`pending` gives it) and
+        writes the list (nothing when nothing is pending); None when an OSError (a full disk)
+        stopped it, which is logged: the archive's graphs are complete without its caches."""
         with self._lock:
             start = time.perf_counter()
-            keys, trees = self.pending()
+            keys, trees = self.pending() if only is None else only
             done = Copied()
             if not keys and not trees:
                 return done
@@ -112,28 +115,35 @@ class CacheCarry:
 
     def watch(self, seconds: float, poll: float = POLL_S, quiet: float = QUIET_S) -> threading.Thread:
         """Carries new entries on a daemon thread for ``seconds`` (or until :meth:`stop`), each
-        time none has appeared for ``quiet`` seconds; returns the started thread."""
+        complete one when seen, an incomplete one once none has appeared for ``quiet`` seconds;
+        returns the started thread."""
         self.thread = threading.Thread(target=self._watch, args=(seconds, poll, quiet), name="foundry-cache-carry",
                                        daemon=True)
         self.thread.start()
         return self.thread
 
     def _watch(self, seconds: float, poll: float, quiet: float) -> None:
+        what = "compile caches of the first requests"
         end = time.monotonic() + seconds
-        seen: tuple[int, int] = (0, 0)
-        changed = time.monotonic()
+        said = False
+        seen, changed = 0, time.monotonic()
         while time.monotonic() < end and not self._stop.wait(poll):
             keys, trees = self.pending()
-            now = (len(keys), sum(len(t.used) for t in trees))
-            if now != seen:
-                if seen == (0, 0):
-                    self.log.info("foundry: new compile-cache entries in use (%d Triton kernels, %d other); carried "
-                                  "once none appear for %g s", *now, quiet)
-                seen, changed = now, time.monotonic()
-            elif now != (0, 0) and time.monotonic() - changed >= quiet:
-                if self.carry("compile caches of the first requests") is None:
+            if (keys or trees) and not said:
+                self.log.info("foundry: new compile-cache entries in use (%d Triton kernels, %d other); each carried "
+                              "once complete", len(keys), sum(len(t.used) for t in trees))
+                said = True
+            complete = {d: k for d, k in keys.items() if written(d)}
+            if complete or trees:
+                if self.carry(what, only=(complete, trees)) is None:
                     return  # said why; the archive stays as it is
-                seen = (0, 0)
+                keys = {d: k for d, k in keys.items() if d not in complete}
+            if len(keys) != seen:
+                seen, changed = len(keys), time.monotonic()
+            elif keys and time.monotonic() - changed >= quiet:
+                if self.carry(what + " (as far as written)", only=(keys, [])) is None:
+                    return
+                seen = 0
 
     def stop(self) -> None:
         """Ends the watch and waits for it."""

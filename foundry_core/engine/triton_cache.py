@@ -77,6 +77,16 @@ def _is_group(path: str) -> bool:
     return os.path.basename(path).startswith(GROUP_PREFIX)
 
 
+def written(directory: str) -> bool:
+    """Whether Triton has finished writing a key directory: a kernel's group file is its last
+    file, and a module (a launcher, ``cuda_utils``) is one ``.so``, put whole by a rename."""
+    try:
+        with os.scandir(directory) as entries:
+            return any(_is_group(e.name) or e.name.endswith(".so") for e in entries)
+    except OSError:
+        return False
+
+
 class TritonCarrier:
     """The key directories this process looked up (SAVE) and the archive they come from (LOAD).
 
@@ -210,4 +220,4 @@ def uninstall() -> None:
         del knobs.cache.manager_class  # back to TRITON_CACHE_MANAGER / the default
 
 
-__all__ = ["CACHE", "KEY_DIR", "TritonCarrier", "current", "install", "uninstall"]
+__all__ = ["CACHE", "KEY_DIR", "TritonCarrier", "current", "install", "uninstall", "written"]

@@ -27,9 +27,9 @@ TAIL_LINES = 200
 PORT_WAIT_S = 30.0
 GPU_WAIT_S = 60.0
 # How long a SAVE start keeps serving after its first completion before it is stopped: SGLang's
-# SAVE goes on carrying the compile caches its first requests used (once nothing new has appeared
-# for 2 s: FOUNDRY_SGLANG_CACHE_WATCH), and a LOAD on empty caches needs those too. Not counted in
-# any phase.
+# SAVE goes on carrying the compile caches its first requests used (each entry within about a
+# second of being complete: FOUNDRY_SGLANG_CACHE_WATCH), and a LOAD on empty caches needs those
+# too. Not counted in any phase.
 SAVE_SETTLE_S = 5.0
 
 

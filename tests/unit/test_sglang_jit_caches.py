@@ -433,16 +433,48 @@ def _listed(archive: Path) -> set[str]:
     return set(caches.paths("comp")) if caches is not None else set()
 
 
-def test_the_watch_waits_until_nothing_new_appears(tmp_path):
-    host = tmp_path / "cache"
-    (host / "a").mkdir(parents=True)
-    (host / "a" / "m").write_bytes(b"a")
-    used = ["a"]
-    carry = CacheCarry(HostCaches(tmp_path / "archive", tmp_path / "archive" / "rank0"), None,
-                       lambda: [CacheTree("comp", host, tuple(used))])
-    carry.watch(seconds=0.5, poll=0.02, quiet=10)  # never quiet long enough within its time
+def _kernel_dir(home: Path, key: str, complete: bool) -> str:
+    # Triton writes a kernel's files, then its group file last.
+    directory = home / key
+    directory.mkdir(parents=True)
+    (directory / "k.cubin").write_bytes(key.encode())
+    if complete:
+        (directory / "__grp__k.json").write_text(json.dumps({"child_paths": {"k.cubin": str(directory / "k.cubin")}}))
+    return str(directory)
+
+
+def test_the_watch_carries_each_complete_kernel_at_once_while_others_keep_coming(tmp_path):
+    home = tmp_path / "triton"
+    triton = triton_cache.TritonCarrier(home=str(home))
+    archive = tmp_path / "archive"
+    carry = CacheCarry(HostCaches(archive, archive / "rank0"), triton, lambda: [])
+    carry.watch(seconds=1.0, poll=0.02, quiet=10)  # never quiet: new kernels keep being looked up
+    triton.used[_kernel_dir(home, "done", complete=True)] = "done"
+    triton.used[_kernel_dir(home, "compiling", complete=False)] = "compiling"
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline and not _listed_triton(archive):
+        time.sleep(0.02)
+    carry.stop()
+    assert _listed_triton(archive) == {"done/k.cubin", "done/__grp__k.json"}
+
+
+def test_an_incomplete_kernel_waits_until_nothing_new_appears(tmp_path):
+    home = tmp_path / "triton"
+    triton = triton_cache.TritonCarrier(home=str(home))
+    triton.used[_kernel_dir(home, "compiling", complete=False)] = "compiling"
+    archive = tmp_path / "archive"
+    carry = CacheCarry(HostCaches(archive, archive / "rank0"), triton, lambda: [])
+    carry.watch(seconds=0.3, poll=0.02, quiet=10)  # never quiet long enough within its time
     carry.thread.join()
-    assert _listed(tmp_path / "archive") == set()
+    assert _listed_triton(archive) == set()
+    carry.watch(seconds=1.0, poll=0.02, quiet=0.1)  # quiet: carried as far as it is written
+    carry.thread.join()
+    assert _listed_triton(archive) == {"compiling/k.cubin"}
+
+
+def _listed_triton(archive: Path) -> set[str]:
+    caches = HostCaches.read(archive, archive / "rank0")
+    return set(caches.paths(triton_cache.CACHE)) if caches is not None else set()
 
 
 def test_caches_ahead_reports_a_unit_that_could_not_be_placed(tmp_path, caplog):
