@@ -330,6 +330,36 @@ def test_a_child_is_forked_from_a_server_that_imported_sglang(tmp_path):
 def test_a_forked_childs_heap_can_be_left_to_the_collector(tmp_path):
     child, _ = _run_driver(tmp_path, FOUNDRY_FORK_GC_FREEZE="Off")
     assert child["exitcode"] == 0 and child["frozen"] == 0
+    assert child["status"]["gc_paused"] is False  # the fork server collected during its imports too
+
+
+def test_the_fork_server_does_not_collect_while_it_imports_then_freezes_what_they_made():
+    import gc
+
+    assert gc.isenabled()
+    before = gc.get_freeze_count()
+    try:
+        with preload.collections_paused():
+            assert not gc.isenabled()
+            made = [[] for _ in range(1000)]
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= before + len(made)
+    finally:
+        gc.unfreeze()
+    with preload.collections_paused(paused=False):
+        assert gc.isenabled()
+    assert gc.get_freeze_count() == 0
+
+
+def test_the_status_says_whether_the_imports_ran_without_collections(tmp_path, monkeypatch):
+    import gc
+
+    try:
+        assert preload.run(modules=("json",), path=str(tmp_path / "s.json"))["gc_paused"] is True
+        monkeypatch.setenv(client.GC_FREEZE_ENV, "no")
+        assert preload.run(modules=("json",), path=str(tmp_path / "s.json"))["gc_paused"] is False
+    finally:
+        gc.unfreeze()
 
 
 def test_the_freeze_switch_reads_as_the_engine_options_do():
