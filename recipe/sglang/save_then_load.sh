@@ -164,19 +164,21 @@ def tpot_samples_ms(batch, steps=64):
     return [(timed(steps + 1) - timed(1)) / steps * 1e3 for _ in range(reps)]
 
 def scheduler_faults():
-    # Minor page faults of the schedulers (SGLang names them sglang::scheduler*) so far: a scheduler
-    # forked from a process that imported SGLang shares its pages until it writes to them.
-    total = 0
+    # Minor page faults of the schedulers so far (None: none found): a scheduler forked from a
+    # process that imported SGLang shares its pages until it writes to them. SGLang names them
+    # sglang::scheduler* (the command line, or the 15 characters of the thread name).
+    total, found = 0, 0
     for pid in os.listdir("/proc"):
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if not f.read().startswith(b"sglang::scheduler"):
+            with open(f"/proc/{pid}/cmdline", "rb") as f, open(f"/proc/{pid}/comm", "rb") as c:
+                if not (f.read().startswith(b"sglang::scheduler") or c.read().startswith(b"sglang::schedul")):
                     continue
             with open(f"/proc/{pid}/stat") as f:
                 total += int(f.read().rpartition(")")[2].split()[7])
+            found += 1
         except (OSError, ValueError, IndexError):
             continue
-    return total
+    return total if found else None
 
 def ttft_samples_ms(n, first=0, faults=None):
     # A first token alone: the prefill of n tokens, its sampling, and the HTTP round trip. The
@@ -188,8 +190,9 @@ def ttft_samples_ms(n, first=0, faults=None):
         start = time.perf_counter()
         generate([prompt], 1, key="input_ids")
         ms = (time.perf_counter() - start) * 1e3
-        if faults is not None and r:
-            faults.append(scheduler_faults() - before)
+        after = scheduler_faults()
+        if faults is not None and r and None not in (before, after):
+            faults.append(after - before)
         return ms
     timed(0)  # first use of this token count
     return [timed(r + 1) for r in range(reps)]

@@ -8,21 +8,12 @@ the GIL, so a long C call that holds it shows as a gap in the times, followed by
 Summarise with `python scripts/stack_sampler/summarize.py DIR`. A fork server samples nothing
 itself (a thread would make it unsafe to fork from); the children forked from it do.
 
-FOUNDRY_STACK_DUMPS=SECONDS also dumps every thread's stack each SECONDS into
-DIR/dumps-<pid>.txt through faulthandler, whose watchdog is a C thread that needs no GIL: inside
-such a gap it shows which call holds the GIL, and what the other threads are doing. The file starts
-with the Unix time the dumps were armed; dump N came at least N * SECONDS later (each dump's own
-time adds up). Reading other threads without the GIL can, rarely, print a torn stack. The watchdog
-is stopped around every fork (a child would wait for good on the lock it held) and armed again on
-both sides.
-
 Every garbage collection of at least FOUNDRY_GC_PAUSE_MS (default 10) milliseconds is written to
 DIR/gc-<pid>.txt, `<unix time>\tgen=<generation>\t<seconds>\tcollected=<n>\tfrozen=<n>`: a full
 collection holds the GIL (and, in a forked child, copies every page it walks), so it shows as a gap
 in the samples with no C call to blame.
 """
 
-import faulthandler
 import gc
 import os
 import sys
@@ -31,7 +22,6 @@ import time
 
 _DIR = os.environ.get("FOUNDRY_STACK_SAMPLES")
 _INTERVAL = float(os.environ.get("FOUNDRY_STACK_INTERVAL", "0.1"))
-_DUMPS = float(os.environ.get("FOUNDRY_STACK_DUMPS", "0") or 0)
 _GC_PAUSE_S = float(os.environ.get("FOUNDRY_GC_PAUSE_MS", "10") or 10) / 1e3
 
 
@@ -61,26 +51,6 @@ def _sample(main_ident: int) -> None:
             time.sleep(_INTERVAL)
 
 
-_dumps_file = None  # this process's dump file, kept open for the watchdog
-
-
-def _arm_dumps() -> None:
-    global _dumps_file
-    _dumps_file = open(os.path.join(_DIR, f"dumps-{os.getpid()}.txt"), "a", buffering=1)
-    _dumps_file.write(f"# pid {os.getpid()} armed {time.time():.3f} every {_DUMPS} s\n")
-    faulthandler.dump_traceback_later(_DUMPS, repeat=True, file=_dumps_file)
-
-
-def _pause_dumps() -> None:
-    if _dumps_file is not None:
-        faulthandler.cancel_dump_traceback_later()
-
-
-def _resume_dumps() -> None:
-    if _dumps_file is not None:
-        faulthandler.dump_traceback_later(_DUMPS, repeat=True, file=_dumps_file)
-
-
 _gc_started = 0.0
 _gc_file = None  # (pid, file): reopened in a forked child
 
@@ -102,8 +72,6 @@ def _on_gc(phase: str, info: dict) -> None:
 def _start() -> None:
     threading.Thread(target=_sample, args=(threading.main_thread().ident,), daemon=True,
                      name="stack-sampler").start()
-    if _DUMPS > 0:
-        _arm_dumps()
 
 
 if _DIR:
@@ -113,4 +81,4 @@ if _DIR:
     if not os.environ.get("FOUNDRY_FORK_SERVER_STATUS"):
         _start()
     gc.callbacks.append(_on_gc)  # the fork server's own collections too: its children inherit the callback
-    os.register_at_fork(before=_pause_dumps, after_in_parent=_resume_dumps, after_in_child=_start)
+    os.register_at_fork(after_in_child=_start)
