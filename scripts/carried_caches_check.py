@@ -1,8 +1,8 @@
 """Whether a start compiled anything: every file now in the caches an archive's rank 0 carried
 (Triton's, FlashInfer's, tvm-ffi's, at the roots its list names) must be one the list names, with
 its bytes (and its file time where the list has one). Run after a LOAD on emptied caches.
-``--at CACHE=DIR`` reads that cache at DIR instead (a LOAD whose caches were at other paths than
-the saving host's: a new host).
+``--at CACHE=DIR`` checks only the caches it names, each at its DIR (a LOAD whose caches were at
+other paths than the saving host's: a new host).
 
 Usage: python scripts/carried_caches_check.py ARCHIVE [--at CACHE=DIR]...   (exit 1 when a file was compiled or changed)
 """
@@ -22,8 +22,12 @@ def _skipped(rel: str) -> bool:
 
 def check(archive: Path, at: dict[str, str] | None = None) -> tuple[int, list[str]]:
     listed = json.loads((archive / "rank0" / "host_caches.json").read_text())
+    unknown = sorted(set(at or {}) - set(listed["caches"]))
+    if unknown:
+        raise ValueError(f"the archive carries no cache named {', '.join(unknown)} "
+                         f"(it carries {', '.join(sorted(listed['caches'])) or 'none'})")
     roots: dict[str, dict[str, tuple[str, dict]]] = {}  # root -> rel -> (cache, entry): caches may share a root
-    for cache, root in {**listed.get("roots", {}), **(at or {})}.items():
+    for cache, root in (at or listed.get("roots", {})).items():
         files = roots.setdefault(root, {})
         files.update({rel: (cache, entry) for rel, entry in listed["caches"].get(cache, {}).items()})
     checked, problems = 0, []
@@ -49,7 +53,11 @@ def main(argv: list[str]) -> int:
     if len(argv) % 2 != 1 or at is None or not all(at.values()):
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
-    checked, problems = check(Path(argv[0]), at)
+    try:
+        checked, problems = check(Path(argv[0]), at)
+    except ValueError as exc:
+        print(f"carried_caches_check: {exc}", file=sys.stderr)
+        return 2
     print(f"{checked} files from the archive; {len(problems)} compiled or changed by this start")
     for line in problems:
         print("  ", line)

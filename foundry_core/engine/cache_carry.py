@@ -15,8 +15,8 @@ thread while the engine loads its model.
   so it is complete; a Triton kernel is used from its lookup, before Triton compiles it, and is
   complete once its group file (which Triton writes last) or its module is there
   (:func:`~foundry_core.engine.triton_cache.written`). One still incomplete when nothing new has
-  appeared for :data:`QUIET_S` is carried as far as it is written and not again: a LOAD compiles
-  that kernel.
+  appeared for :data:`QUIET_S` is carried as far as it is written, and again if it completes
+  while the watch lasts; a LOAD compiles a kernel that never did.
 - :class:`CachesAhead` (LOAD): places the carried trees the host lacks
   (:meth:`~foundry_core.engine.host_caches.HostCaches.restore`) on a thread, and the Triton
   kernels carried from Triton's own directory through Triton's carrier (as if Triton had looked
@@ -77,13 +77,17 @@ class CacheCarry:
         """What is used and not carried yet: Triton's key directories (directory -> key) and the
         trees with only their new directories in ``used``."""
         used = dict(self.triton.used) if self.triton is not None else {}  # a copy: Triton's threads add to it
-        keys = {d: k for d, k in used.items() if (TRITON, d) not in self._carried}
-        trees = []
-        for tree in self.trees():
+        return self._uncarried(used, self.trees())
+
+    def _uncarried(self, keys: dict[str, str], trees: Sequence[CacheTree]) -> tuple[dict[str, str], list[CacheTree]]:
+        """``keys`` and ``trees`` less what is carried already."""
+        left = {d: k for d, k in keys.items() if (TRITON, d) not in self._carried}
+        new_trees = []
+        for tree in trees:
             new = tuple(sub for sub in tree.used if (tree.cache, sub) not in self._carried)
             if new:
-                trees.append(replace(tree, used=new))
-        return keys, trees
+                new_trees.append(replace(tree, used=new))
+        return left, new_trees
 
     def carry(self, what: str = "compile caches",
               only: tuple[dict[str, str], list[CacheTree]] | None = None) -> Copied | None:
@@ -92,13 +96,14 @@ class CacheCarry:
         stopped it, which is logged: the archive's graphs are complete without its caches."""
         with self._lock:
             start = time.perf_counter()
-            keys, trees = self.pending() if only is None else only
+            # ``only`` is filtered here, under the lock: the watch and a caller may both carry it
+            keys, trees = self.pending() if only is None else self._uncarried(*only)
             done = Copied()
             if not keys and not trees:
                 return done
             try:
                 if keys:
-                    subset = TritonCarrier()
+                    subset = TritonCarrier(home=self.triton.home if self.triton is not None else None)
                     subset.used = keys
                     done.add(subset.carry(self.caches))
                 for tree in trees:
@@ -126,7 +131,9 @@ class CacheCarry:
         what = "compile caches of the first requests"
         end = time.monotonic() + seconds
         said = False
-        seen, changed = 0, time.monotonic()
+        waiting: frozenset[str] = frozenset()  # the incomplete kernels at the last look
+        changed = time.monotonic()
+        partial: dict[str, str] = {}  # carried as far as written: carried again once complete
         while time.monotonic() < end and not self._stop.wait(poll):
             keys, trees = self.pending()
             if (keys or trees) and not said:
@@ -134,16 +141,24 @@ class CacheCarry:
                               "once complete", len(keys), sum(len(t.used) for t in trees))
                 said = True
             complete = {d: k for d, k in keys.items() if written(d)}
+            finished = {d: partial.pop(d) for d in list(partial) if written(d)}
+            if finished:
+                with self._lock:
+                    self._carried -= {(TRITON, d) for d in finished}
+                complete |= finished
             if complete or trees:
                 if self.carry(what, only=(complete, trees)) is None:
                     return  # said why; the archive stays as it is
-                keys = {d: k for d, k in keys.items() if d not in complete}
-            if len(keys) != seen:
-                seen, changed = len(keys), time.monotonic()
-            elif keys and time.monotonic() - changed >= quiet:
-                if self.carry(what + " (as far as written)", only=(keys, [])) is None:
+            # The set, not its size: one kernel completing as another appears is not quiet.
+            incomplete = frozenset(d for d in keys if d not in complete)
+            if incomplete != waiting:
+                waiting, changed = incomplete, time.monotonic()
+            elif incomplete and time.monotonic() - changed >= quiet:
+                rest = {d: keys[d] for d in incomplete}
+                if self.carry(what + " (as far as written)", only=(rest, [])) is None:
                     return
-                seen = 0
+                partial |= rest
+                waiting = frozenset()
 
     def stop(self) -> None:
         """Ends the watch and waits for it."""

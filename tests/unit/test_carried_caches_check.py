@@ -76,3 +76,16 @@ def test_two_caches_at_one_root_are_checked_together(tmp_path):
     listed["caches"]["triton-at-import"] = {"m1/cuda_utils.so": {"size": 3, "sha256": hashlib.sha256(b"ELF").hexdigest()}}
     (archive / "rank0" / "host_caches.json").write_text(json.dumps(listed))
     assert check_mod.check(archive) == (2, [])
+
+
+def test_with_at_only_the_named_caches_are_checked_and_an_unknown_name_is_refused(tmp_path, capsys):
+    archive, root = _archive(tmp_path, {"a.so": b"ELF"})
+    listed = json.loads((archive / "rank0" / "host_caches.json").read_text())
+    listed["roots"]["triton"] = str(tmp_path / "saving-host-triton")
+    listed["caches"]["triton"] = {}
+    (archive / "rank0" / "host_caches.json").write_text(json.dumps(listed))
+    (tmp_path / "saving-host-triton").mkdir()
+    (tmp_path / "saving-host-triton" / "k.cubin").write_bytes(b"this host's own")  # not the LOAD's cache
+    assert check_mod.check(archive, {"flashinfer": str(root)}) == (1, [])
+    assert check_mod.main([str(archive), "--at", f"inductor={root}"]) == 2
+    assert "carries no cache named inductor (it carries flashinfer, triton)" in capsys.readouterr().err

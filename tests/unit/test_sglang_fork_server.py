@@ -354,12 +354,20 @@ def test_the_fork_server_does_not_collect_while_it_imports_then_freezes_what_the
 def test_the_status_says_whether_the_imports_ran_without_collections(tmp_path, monkeypatch):
     import gc
 
+    # Each module records, as it is imported, whether the collector was on.
+    for name in ("paused_probe", "collected_probe"):
+        (tmp_path / f"{name}.py").write_text("import gc\nCOLLECTING = gc.isenabled()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
     try:
-        assert preload.run(modules=("json",), path=str(tmp_path / "s.json"))["gc_paused"] is True
+        assert preload.run(modules=("paused_probe",), path=str(tmp_path / "s.json"))["gc_paused"] is True
+        assert sys.modules["paused_probe"].COLLECTING is False
         monkeypatch.setenv(client.GC_FREEZE_ENV, "no")
-        assert preload.run(modules=("json",), path=str(tmp_path / "s.json"))["gc_paused"] is False
+        assert preload.run(modules=("collected_probe",), path=str(tmp_path / "s.json"))["gc_paused"] is False
+        assert sys.modules["collected_probe"].COLLECTING is True
     finally:
         gc.unfreeze()
+        for name in ("paused_probe", "collected_probe"):
+            sys.modules.pop(name, None)
 
 
 def test_the_freeze_switch_reads_as_the_engine_options_do():

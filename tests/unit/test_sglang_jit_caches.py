@@ -472,6 +472,72 @@ def test_an_incomplete_kernel_waits_until_nothing_new_appears(tmp_path):
     assert _listed_triton(archive) == {"compiling/k.cubin"}
 
 
+def test_a_kernel_completing_as_another_appears_is_not_quiet(tmp_path):
+    home = tmp_path / "triton"
+    triton = triton_cache.TritonCarrier(home=str(home))
+    first = _kernel_dir(home, "first", complete=False)
+    triton.used[first] = "first"
+    archive = tmp_path / "archive"
+    carry = CacheCarry(HostCaches(archive, archive / "rank0"), triton, lambda: [])
+    carry.watch(seconds=5.0, poll=0.02, quiet=1.0)
+    time.sleep(0.6)
+    Path(first, "__grp__k.json").write_text("{}")  # first completes as second is looked up
+    triton.used[_kernel_dir(home, "second", complete=False)] = "second"
+    time.sleep(0.7)  # 1.3 s since first appeared, 0.7 s since second did
+    listed = _listed_triton(archive)
+    carry.stop()
+    assert listed == {"first/k.cubin", "first/__grp__k.json"}
+
+
+def test_a_kernel_carried_as_far_as_written_is_carried_again_once_complete(tmp_path):
+    home = tmp_path / "triton"
+    triton = triton_cache.TritonCarrier(home=str(home))
+    directory = _kernel_dir(home, "slow", complete=False)
+    triton.used[directory] = "slow"
+    archive = tmp_path / "archive"
+    carry = CacheCarry(HostCaches(archive, archive / "rank0"), triton, lambda: [])
+    carry.watch(seconds=5.0, poll=0.02, quiet=0.1)
+    assert _wait_listed(archive, {"slow/k.cubin"})
+    Path(directory, "__grp__k.json").write_text("{}")
+    assert _wait_listed(archive, {"slow/k.cubin", "slow/__grp__k.json"})
+    carry.stop()
+
+
+def _wait_listed(archive: Path, want: set[str], seconds: float = 2.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if _listed_triton(archive) == want:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_kernels_outside_tritons_directory_are_carried_as_elsewhere(tmp_path):
+    home = tmp_path / "triton"
+    triton = triton_cache.TritonCarrier(home=os.path.realpath(home))
+    triton.used[_kernel_dir(home, "own", complete=True)] = "own"
+    triton.used[_kernel_dir(tmp_path / "inductor" / "triton" / "0", "compiled", complete=True)] = "compiled"
+    archive = tmp_path / "archive"
+    caches = HostCaches(archive, archive / "rank0")
+    carry = CacheCarry(caches, triton, lambda: [])
+    done = carry.carry()
+    assert done.files + done.present == 4  # the two group files, rewritten, are one blob
+    assert set(caches.paths(triton_cache.CACHE)) == {"own/k.cubin", "own/__grp__k.json"}
+    assert set(caches.paths(triton_cache.ELSEWHERE)) == {"compiled/k.cubin", "compiled/__grp__k.json"}
+
+
+def test_a_part_carried_already_is_not_carried_again(tmp_path):
+    home = tmp_path / "triton"
+    triton = triton_cache.TritonCarrier(home=str(home))
+    part = {_kernel_dir(home, "k1", complete=True): "k1"}
+    triton.used.update(part)
+    archive = tmp_path / "archive"
+    carry = CacheCarry(HostCaches(archive, archive / "rank0"), triton, lambda: [])
+    assert carry.carry(only=(part, [])).files == 2
+    again = carry.carry(only=(part, []))
+    assert (again.files, again.present) == (0, 0)
+
+
 def _listed_triton(archive: Path) -> set[str]:
     caches = HostCaches.read(archive, archive / "rank0")
     return set(caches.paths(triton_cache.CACHE)) if caches is not None else set()

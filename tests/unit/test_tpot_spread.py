@@ -71,3 +71,12 @@ def test_counts_are_named_by_their_unit_and_a_zero_reference_is_not_divided_by(t
     assert "| load | 1 | 412.000 (412.000-412.000) |" in out
     assert "| load: median against baseline's | - |" in out
     assert "| baseline: its own starts' range around its median | - |" in out
+
+
+def test_a_column_the_reference_lacks_is_a_dash(tmp_path, capsys):
+    (tmp_path / "base.json").write_text(json.dumps({"tpot_ms": {"1": 5.0}}))
+    _start(tmp_path, "load", 5.1, 6.3)  # also b8, which base never measured
+    assert tpot_spread.main([str(tmp_path), "--reference", "base"]) == 0
+    out = capsys.readouterr().out
+    assert "| base: its own starts' range around its median | +0.0 / +0.0 % | - |" in out
+    assert "| load: median against base's | +2.0 % | - |" in out
