@@ -472,30 +472,33 @@ def test_an_incomplete_kernel_waits_until_nothing_new_appears(tmp_path):
     assert _listed_triton(archive) == {"compiling/k.cubin"}
 
 
-def test_a_kernel_completing_as_another_appears_is_not_quiet(tmp_path):
+def _carry_over_one_kernel(tmp_path: Path, key: str) -> tuple[str, triton_cache.TritonCarrier, Path, CacheCarry]:
+    """Triton's directory with kernel ``key`` looked up and still being written, and a carry over it:
+    (the kernel's directory, the carrier, the archive, the carry)."""
     home = tmp_path / "triton"
     triton = triton_cache.TritonCarrier(home=str(home))
-    first = _kernel_dir(home, "first", complete=False)
-    triton.used[first] = "first"
+    directory = _kernel_dir(home, key, complete=False)
+    triton.used[directory] = key
     archive = tmp_path / "archive"
-    carry = CacheCarry(HostCaches(archive, archive / "rank0"), triton, lambda: [])
+    return directory, triton, archive, CacheCarry(HostCaches(archive, archive / "rank0"), triton, lambda: [])
+
+
+def test_a_kernel_completing_as_another_appears_is_not_quiet(tmp_path):
+    first, triton, archive, carry = _carry_over_one_kernel(tmp_path, "first")
+    began = time.monotonic()
     carry.watch(seconds=5.0, poll=0.02, quiet=1.0)
     time.sleep(0.6)
     Path(first, "__grp__k.json").write_text("{}")  # first completes as second is looked up
-    triton.used[_kernel_dir(home, "second", complete=False)] = "second"
-    time.sleep(0.7)  # 1.3 s since first appeared, 0.7 s since second did
+    triton.used[_kernel_dir(tmp_path / "triton", "second", complete=False)] = "second"
+    assert _wait_listed(archive, {"first/k.cubin", "first/__grp__k.json"})
+    time.sleep(max(0.0, began + 1.3 - time.monotonic()))  # 1.3 s since first appeared, 0.7 s since second did
     listed = _listed_triton(archive)
     carry.stop()
     assert listed == {"first/k.cubin", "first/__grp__k.json"}
 
 
 def test_a_kernel_carried_as_far_as_written_is_carried_again_once_complete(tmp_path):
-    home = tmp_path / "triton"
-    triton = triton_cache.TritonCarrier(home=str(home))
-    directory = _kernel_dir(home, "slow", complete=False)
-    triton.used[directory] = "slow"
-    archive = tmp_path / "archive"
-    carry = CacheCarry(HostCaches(archive, archive / "rank0"), triton, lambda: [])
+    directory, _, archive, carry = _carry_over_one_kernel(tmp_path, "slow")
     carry.watch(seconds=5.0, poll=0.02, quiet=0.1)
     assert _wait_listed(archive, {"slow/k.cubin"})
     Path(directory, "__grp__k.json").write_text("{}")
