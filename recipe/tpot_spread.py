@@ -56,8 +56,8 @@ def table(kinds: dict[str, list[dict[str, float]]], reference: str, label: str =
     ref = kinds[reference]
     ref_range = []
     for b in batches:
-        values = [t[b] for t in ref if b in t]  # a column the reference lacks gets "-"
-        med, lo, hi = spread(values) if values else (0.0, 0.0, 0.0)
+        values = [t[b] for t in ref if b in t]
+        med, lo, hi = spread(values) if values else (0.0, 0.0, 0.0)  # a column the reference lacks: "-"
         ref_range.append(f"{(lo - med) / med * 100:+.1f} / {(hi - med) / med * 100:+.1f} %" if med else "-")
     lines.append(f"| {reference}: its own starts' range around its median | " + " | ".join(ref_range) + " |")
     for kind, starts in kinds.items():
