@@ -15,8 +15,9 @@ thread while the engine loads its model.
   so it is complete; a Triton kernel is used from its lookup, before Triton compiles it, and is
   complete once its group file (which Triton writes last) or its module is there
   (:func:`~foundry_core.engine.triton_cache.written`). One still incomplete when nothing new has
-  appeared for :data:`QUIET_S` is carried as far as it is written, and again if it completes
-  while the watch lasts; a LOAD compiles a kernel that never did.
+  appeared for :data:`QUIET_S` is carried as far as it is written (as is one that
+  :meth:`CacheCarry.carry` finds incomplete), and again if it completes while the watch lasts; a
+  LOAD compiles a kernel that never did.
 - :class:`CachesAhead` (LOAD): places the carried trees the host lacks
   (:meth:`~foundry_core.engine.host_caches.HostCaches.restore`) on a thread, and the Triton
   kernels carried from Triton's own directory through Triton's carrier (as if Triton had looked
@@ -69,6 +70,8 @@ class CacheCarry:
         self.trees = trees
         self.log = log
         self._carried: set[tuple[str, str]] = set()  # (cache, directory) already carried
+        # Triton kernels carried while incomplete (directory -> key): the watch carries them again once complete
+        self._partial: dict[str, str] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.thread: threading.Thread | None = None
@@ -101,6 +104,8 @@ class CacheCarry:
             done = Copied()
             if not keys and not trees:
                 return done
+            # Looked at before the copy: one completing during it is carried again, never taken as whole.
+            incomplete = {d: k for d, k in keys.items() if not written(d)}
             try:
                 if keys:
                     subset = TritonCarrier(home=self.triton.home if self.triton is not None else None)
@@ -114,6 +119,7 @@ class CacheCarry:
                                  what, exc)
                 return None
             self._carried |= {(TRITON, d) for d in keys} | {(t.cache, sub) for t in trees for sub in t.used}
+            self._partial |= incomplete
             self.log.info("foundry: %s carried in the archive: %s, in %.2f s", what, done.describe(),
                           time.perf_counter() - start)
             return done
@@ -133,19 +139,13 @@ class CacheCarry:
         said = False
         waiting: frozenset[str] = frozenset()  # the incomplete kernels at the last look
         changed = time.monotonic()
-        partial: dict[str, str] = {}  # carried as far as written: carried again once complete
         while time.monotonic() < end and not self._stop.wait(poll):
             keys, trees = self.pending()
             if (keys or trees) and not said:
                 self.log.info("foundry: new compile-cache entries in use (%d Triton kernels, %d other); each carried "
                               "once complete", len(keys), sum(len(t.used) for t in trees))
                 said = True
-            complete = {d: k for d, k in keys.items() if written(d)}
-            finished = {d: partial.pop(d) for d in list(partial) if written(d)}
-            if finished:
-                with self._lock:
-                    self._carried -= {(TRITON, d) for d in finished}
-                complete |= finished
+            complete = {d: k for d, k in keys.items() if written(d)} | self._finished()
             if complete or trees:
                 if self.carry(what, only=(complete, trees)) is None:
                     return  # said why; the archive stays as it is
@@ -157,8 +157,14 @@ class CacheCarry:
                 rest = {d: keys[d] for d in incomplete}
                 if self.carry(what + " (as far as written)", only=(rest, [])) is None:
                     return
-                partial |= rest
                 waiting = frozenset()
+
+    def _finished(self) -> dict[str, str]:
+        """The kernels carried while incomplete that are complete now, made pending again."""
+        with self._lock:
+            finished = {d: self._partial.pop(d) for d in list(self._partial) if written(d)}
+            self._carried -= {(TRITON, d) for d in finished}
+        return finished
 
     def stop(self) -> None:
         """Ends the watch and waits for it."""

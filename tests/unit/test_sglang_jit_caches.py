@@ -486,12 +486,13 @@ def _carry_over_one_kernel(tmp_path: Path, key: str) -> tuple[str, triton_cache.
 def test_a_kernel_completing_as_another_appears_is_not_quiet(tmp_path):
     first, triton, archive, carry = _carry_over_one_kernel(tmp_path, "first")
     began = time.monotonic()
-    carry.watch(seconds=5.0, poll=0.02, quiet=1.0)
-    time.sleep(0.6)
+    carry.watch(seconds=5.0, poll=0.02, quiet=2.0)
+    time.sleep(1.2)
     Path(first, "__grp__k.json").write_text("{}")  # first completes as second is looked up
     triton.used[_kernel_dir(tmp_path / "triton", "second", complete=False)] = "second"
     assert _wait_listed(archive, {"first/k.cubin", "first/__grp__k.json"})
-    time.sleep(max(0.0, began + 1.3 - time.monotonic()))  # 1.3 s since first appeared, 0.7 s since second did
+    # 2.6 s since first appeared, 1.4 s since second did: quiet by the count, not by the set
+    time.sleep(max(0.0, began + 2.6 - time.monotonic()))
     listed = _listed_triton(archive)
     carry.stop()
     assert listed == {"first/k.cubin", "first/__grp__k.json"}
@@ -503,6 +504,16 @@ def test_a_kernel_carried_as_far_as_written_is_carried_again_once_complete(tmp_p
     assert _wait_listed(archive, {"slow/k.cubin"})
     Path(directory, "__grp__k.json").write_text("{}")
     assert _wait_listed(archive, {"slow/k.cubin", "slow/__grp__k.json"})
+    carry.stop()
+
+
+def test_a_kernel_incomplete_at_the_first_carry_is_carried_again_by_the_watch(tmp_path):
+    directory, _, archive, carry = _carry_over_one_kernel(tmp_path, "early")
+    carry.carry()  # SAVE's carry after the start-up: the kernel is still being written
+    assert _listed_triton(archive) == {"early/k.cubin"}
+    carry.watch(seconds=5.0, poll=0.02, quiet=10)
+    Path(directory, "__grp__k.json").write_text("{}")
+    assert _wait_listed(archive, {"early/k.cubin", "early/__grp__k.json"})
     carry.stop()
 
 
