@@ -36,6 +36,16 @@ def gpu_unavailable_reason() -> str | None:
     return None
 
 
+@pytest.fixture(autouse=True)
+def _collector_back_on():
+    """A test that ran an early start paused this process's garbage collector (as the engine's
+    main process pauses it over its imports): it is on again for the next test."""
+    yield
+    from foundry_core.engine.fork_server import main_gc
+
+    main_gc.resume("the test ended", freeze=False)
+
+
 def pytest_collection_modifyitems(config, items):
     reason = gpu_unavailable_reason()
     if reason is None:

@@ -382,10 +382,10 @@ def check_no_pause_after_finish(rt: Any, dev: FakeDevice) -> None:
 
 # The server module the hook's command runs: it says whether this process started a fork server.
 SAYS_RUNNING = """
-import json, os
+import gc, json, os
 from foundry_core.engine import preload_active
 from foundry_core.engine.fork_server import client
-print(json.dumps({"running": client.running(), "preload_active": preload_active(),
+print(json.dumps({"running": client.running(), "preload_active": preload_active(), "collecting": gc.isenabled(),
                   "restarted": os.environ.get("FOUNDRY_AUTOPRELOAD_RESTARTED") == "1"}))
 """
 
@@ -428,6 +428,8 @@ def fork_server_started_by_the_hook(tmp_path: PathLike, module: str, argv: list[
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
+    # The engine's imports run without collections where a fork server will launch its GPU processes.
+    assert result["collecting"] is not result["running"], result
     if not preloaded and env.get("FOUNDRY_MODE") != "off":
         assert result["restarted"] is not result["running"], result  # restarted only without a fork server
         assert result["preload_active"] is result["restarted"], result

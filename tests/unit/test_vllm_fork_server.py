@@ -4,6 +4,7 @@ package with multiprocessing's real fork server)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 from plugin_support import (early_start_installed, exec_fake_modules, fork_server_started_by_the_hook,  # noqa: E402
                             install_fake_packages)
 
-from foundry_core.engine.fork_server import client
+from foundry_core.engine.fork_server import client, main_gc
 from foundry_core.engine.options import env_flag
 from vllm_foundry import fork_patches, patching
 from vllm_foundry import fork_server as fs
@@ -155,6 +156,19 @@ def test_a_vllm_without_the_launch_seams_spawns_its_engine_core(fake_launch, mon
     assert "get_mp_context" in caplog.text
 
 
+def test_a_vllm_that_will_spawn_its_engine_core_ends_the_main_processs_collector_pause(fake_launch, monkeypatch):
+    state = client._State()
+    state.started("/nonexistent/status.json", os.environ.get("LD_PRELOAD", ""), "vLLM", fs.CHILD_NAMES)
+    monkeypatch.setattr(client, "_STATE", state)
+    monkeypatch.delattr(fake_launch, "get_mp_context")
+    main_gc.pause()  # as the early start paused it: no launch through the fork server would end it
+    try:
+        assert fork_patches.install() is False
+        assert gc.isenabled() and not main_gc.paused()
+    finally:
+        gc.unfreeze()
+
+
 # ---- end to end: multiprocessing's fork server over a synthetic vLLM -------------------------
 
 ENGINE_CORE = """
@@ -186,7 +200,7 @@ class CoreEngineProcManager:
 DRIVER = """
 import json, logging, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the synthetic vllm: not on PYTHONPATH
-from foundry_core.engine.fork_server import client
+from foundry_core.engine.fork_server import client, main_gc
 from vllm_foundry import fork_patches, fork_server
 
 if __name__ == "__main__":

@@ -28,8 +28,9 @@ fork server. Objects the child makes are collected as usual. An engine that thaw
 ends it: SGLang's capture loop (``freeze_gc``) unfreezes and collects everything when it ends,
 which a LOAD skips and a SAVE or a fallback runs. The fork server itself does not collect while
 it imports (:func:`~foundry_core.engine.fork_server.preload.run`): on the H200 host its full
-collections over SGLang's imports took 1.6 s of them and found a few hundred objects.
-``FOUNDRY_FORK_GC_FREEZE=0`` (or false, no, off) turns both off.
+collections over SGLang's imports took 1.6 s of them and found a few hundred objects. Nor does the
+main process, from the early start to the engine's first launch (:mod:`.main_gc`).
+``FOUNDRY_FORK_GC_FREEZE=0`` (or false, no, off) turns all three off.
 
 Spawn is kept, with the reason logged once, wherever a fork would not be the same child
 (:func:`spawn_reason`):
@@ -63,6 +64,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from foundry_core.engine.fork_server import main_gc
+
 logger = logging.getLogger("foundry.fork_server")
 
 # Only the fork server has it: the status file it writes after its imports.
@@ -94,6 +97,8 @@ def start_early(engine: str, wanted: Callable[[], bool], start_server: Callable[
     try:
         if wanted():
             start_server()
+            if gc_freeze_wanted(os.environ):
+                main_gc.pause()  # this process now imports the engine; resumed at its first launch
             return True
     except Exception as exc:  # noqa: BLE001 - interpreter start-up must go on
         sys.stderr.write(f"foundry: the {engine} fork server did not start ({type(exc).__name__}: {exc}); "
@@ -312,6 +317,7 @@ class ForkedProcess(multiprocessing.context.ForkServerProcess):
 
     def start(self) -> None:
         what = _STATE.describe(self._target)
+        main_gc.resume(f"{what} launched")  # the engine's imports are done
         reason = spawn_reason()
         if reason is None and self._target is not None:
             self._foundry_forked = True

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from foundry_core.engine.fork_server import client
+from foundry_core.engine.fork_server import client, main_gc
 
 from vllm_foundry import patching
 from vllm_foundry.seams import seam
@@ -37,6 +37,7 @@ def install() -> bool:
         patching.install(LAUNCH_SEAM, _forking)
     except patching.SeamError as exc:
         logger.warning("foundry: vLLM's engine core is spawned, not forked from the fork server: %s", exc)
+        main_gc.resume("no launch through the fork server")  # none would end the pause
         return False
     return True
 
