@@ -1,10 +1,11 @@
 """Per-start timings (TPOT, time to first token) over repeated starts, against the reference's spread.
 
-Usage: python recipe/tpot_spread.py DIR [--reference NAME] [--key KEY] [--label b|n]
+Usage: python recipe/tpot_spread.py DIR [--reference NAME] [--key KEY] [--label b|n] [--of median|min]
 
 Reads DIR/<kind>-<n>.json and DIR/<kind>.json (start 0 of its kind): the recipes' per-start
 results, each with ``tpot_ms`` per batch size (or KEY: SGLang's ``step_tpot_ms``, or ``ttft_ms`` per
-prompt length with ``--label n``). Prints, per kind and column, the median over its starts and
+prompt length with ``--label n``; a key of samples, ``ttft_samples_ms``, is reduced per start by
+``--of``). Prints, per kind and column, the median over its starts and
 their range; then, per other kind, its median against the reference's (default: the first kind
 in name order) next to the reference's own range. Two starts replaying the same natively
 captured graphs differ by a few percent (process start, memory placement, host load), so a
@@ -22,15 +23,22 @@ import sys
 from pathlib import Path
 
 
-def runs_by_kind(directory: Path, key: str = "tpot_ms") -> dict[str, list[dict[str, float]]]:
-    """{kind: [KEY of each start]}, starts in number order (<kind>.json first)."""
+# How a start's samples (a list per column, e.g. ``ttft_samples_ms``) become its one number.
+OF = {"median": statistics.median, "min": min}
+
+
+def runs_by_kind(directory: Path, key: str = "tpot_ms", of: str = "median") -> dict[str, list[dict[str, float]]]:
+    """{kind: [KEY of each start]}, starts in number order (<kind>.json first). A column holding
+    a start's samples is taken as their ``of`` (:data:`OF`)."""
     found: dict[str, list[tuple[int, dict[str, float]]]] = {}
     for path in directory.glob("*.json"):
         m = re.fullmatch(r"(.+)-(\d+)", path.stem)
         kind, number = (m.group(1), int(m.group(2))) if m else (path.stem, 0)
         tpot = json.loads(path.read_text()).get(key) or {}
-        if tpot:
-            found.setdefault(kind, []).append((number, {str(b): float(v) for b, v in tpot.items()}))
+        columns = {str(b): float(OF[of](v)) if isinstance(v, list) else float(v) for b, v in tpot.items()
+                   if not isinstance(v, list) or v}
+        if columns:
+            found.setdefault(kind, []).append((number, columns))
     return {kind: [t for _, t in sorted(starts)] for kind, starts in sorted(found.items())}
 
 
@@ -81,8 +89,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--key", default="tpot_ms", help="the per-start numbers to compare (default: tpot_ms)")
     p.add_argument("--label", default="b", help="the column prefix: b (batch size, default) or n (prompt tokens, ttft_ms)")
     p.add_argument("--unit", default="ms", help="what the numbers count, for the header (default: ms)")
+    p.add_argument("--of", choices=sorted(OF), default="median",
+                   help="a start's number where KEY holds its samples (ttft_samples_ms): their median (default) "
+                        "or their minimum, the request least disturbed by the host")
     args = p.parse_args(argv)
-    kinds = runs_by_kind(args.dir, args.key)
+    kinds = runs_by_kind(args.dir, args.key, args.of)
     if not kinds:
         print(f"no <kind>-<n>.json with {args.key} in {args.dir}", file=sys.stderr)
         return 1

@@ -80,3 +80,16 @@ def test_a_column_the_reference_lacks_is_a_dash(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| base: its own starts' range around its median | +0.0 / +0.0 % | - |" in out
     assert "| load: median against base's | +2.0 % | - |" in out
+
+
+def test_a_starts_samples_are_taken_as_their_median_or_minimum(tmp_path, capsys):
+    for name, samples in (("baseline-1", [15.0, 30.0, 16.0]), ("baseline-2", [31.0, 16.5, 29.0]),
+                          ("load-1", [15.2, 15.1, 33.0]), ("load-2", [])):  # no samples at a length: not counted
+        (tmp_path / f"{name}.json").write_text(json.dumps({"ttft_samples_ms": {"60": samples}}))
+    medians = tpot_spread.runs_by_kind(tmp_path, "ttft_samples_ms")
+    assert [t["60"] for t in medians["baseline"]] == [16.0, 29.0] and len(medians["load"]) == 1
+    assert [t["60"] for t in tpot_spread.runs_by_kind(tmp_path, "ttft_samples_ms", "min")["baseline"]] == [15.0, 16.5]
+    assert tpot_spread.main([str(tmp_path), "--key", "ttft_samples_ms", "--of", "min", "--label", "n"]) == 0
+    out = capsys.readouterr().out
+    assert "| baseline | 2 | 15.750 (15.000-16.500) |" in out  # the minima 15.0 and 16.5
+    assert "| load: median against baseline's | -4.1 % |" in out  # 15.1 against 15.75
