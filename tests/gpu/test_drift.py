@@ -10,15 +10,20 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-# Fingerprint fields compared at LOAD, and an edit that simulates another machine or stack.
+# Fingerprint fields compared at LOAD, and two edits that simulate another machine or stack: the
+# first that differs from what this machine saved is used (the suite runs on H100s and H200s).
 DRIFT = {
-    "driver_version": 12040,
-    "cuda_runtime": "12.4",
-    "torch_version": "2.9.1+cu124",
-    "gpu_name": "NVIDIA H100 80GB HBM3",
-    "compute_capability": "10.0",
-    "foundry_version": "0.0.1",
+    "driver_version": (12040, 13000),
+    "cuda_runtime": ("12.4", "13.1"),
+    "torch_version": ("2.9.1+cu124", "2.10.0+cu128"),
+    "gpu_name": ("NVIDIA H100 80GB HBM3", "NVIDIA H200"),
+    "compute_capability": ("10.0", "9.0"),
+    "foundry_version": ("0.0.1", "0.0.2"),
 }
+
+
+def drifted(field: str, saved: object) -> object:
+    return next(value for value in DRIFT[field] if value != saved)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +49,7 @@ def test_fingerprint_drift_is_refused_naming_the_field(program, saved_archive, t
     manifest = archive / "graph.json"  # the single-graph flow names its manifest
     doc = json.loads(manifest.read_text())
     assert field in doc["fingerprint"], sorted(doc["fingerprint"])
-    doc["fingerprint"][field] = DRIFT[field]
+    doc["fingerprint"][field] = drifted(field, doc["fingerprint"][field])
     manifest.write_text(json.dumps(doc))
     r = program("drift_probe", "load", str(archive))
     assert not r["restored"] and not r["replayed"], r
