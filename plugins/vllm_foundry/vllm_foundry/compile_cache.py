@@ -9,8 +9,9 @@ finds it through ``compilation_config.local_cache_dir`` (a start that loaded the
 replaced ``local_cache_dir`` with its pieces' directory). LOAD copies the files a fresh host lacks
 back under its own ``VLLM_CACHE_ROOT`` when the worker starts, before vLLM looks for the artifact,
 one hash directory at a time, the ``model`` files last. The hash is vLLM's own cache key (its
-version, the model config, torch, Inductor's settings), so a LOAD that passes the archive's
-fingerprint finds the directory under the same name.
+version, the model config, torch, Inductor's settings, its environment variables), so a LOAD that
+passes the archive's fingerprint finds the directory under the same name once the two host paths
+among those variables match SAVE's (compile_key.py).
 
 vLLM's cache of compiled pieces (``torch_compile_cache/<hash>``, used without AOT compile) is not
 carried: its index names its files by absolute paths of the host that wrote it, and

@@ -22,12 +22,12 @@ import functools
 import logging
 from typing import Any, ClassVar
 
-from foundry_core.engine import EngineSession
+from foundry_core.engine import EngineSession, Mode
 from foundry_core.engine import options, worker
 from foundry_core.engine.host_caches import CacheTree
 from foundry_core.errors import InvalidArgumentError
 
-from vllm_foundry import compile_cache
+from vllm_foundry import compile_cache, compile_key
 from vllm_foundry.adapter import VllmAdapter
 from vllm_foundry.modes import instantiate_mode
 
@@ -81,6 +81,23 @@ class WorkerRuntime(worker.WorkerRuntime):
         except ImportError as exc:  # vllm.envs: only outside a vLLM process
             logger.debug("foundry: vLLM's compile cache not carried (%s)", exc)
             return []
+
+    def carry_caches_in(self) -> None:
+        """SAVE records, LOAD matches the host paths in vLLM's compile-cache key (compile_key.py),
+        before vLLM computes it; then the core's carrying."""
+        if self.active:
+            self._match_compile_key()
+        super().carry_caches_in()
+
+    def _match_compile_key(self) -> None:
+        try:
+            import vllm.envs as envs
+        except ImportError:  # only outside a vLLM process
+            return
+        if self.mode is Mode.SAVE:
+            compile_key.record(self.adapter.state, envs)
+        elif self.mode is Mode.LOAD and (state := self.session.recorded_state()) is not None:
+            compile_key.match(state.adapter, envs)
 
     def lazy_instantiation(self) -> bool:
         try:
