@@ -52,8 +52,8 @@ def test_the_bound_resumes_it_when_no_launch_comes(unfrozen, caplog):
     with caplog.at_level(logging.INFO, logger="foundry.fork_server"):
         assert main_gc.pause(bound_s=0.05)
         deadline = time.monotonic() + 5.0
-        while not gc.isenabled() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        while "no launch within" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.01)  # the timer's thread logs after it turned the collector on
     assert gc.isenabled() and not main_gc.paused()
     assert "(no launch within 0 s)" in caplog.text
 
@@ -95,3 +95,33 @@ def test_an_early_start_that_starts_nothing_leaves_it_on(monkeypatch, capsys):
     assert gc.isenabled() and not main_gc.paused()
     assert "fork server did not start" in capsys.readouterr().err
 
+
+
+def test_a_resume_cancels_its_timer_so_a_later_pause_lasts(unfrozen):
+    main_gc.pause(bound_s=0.2)
+    main_gc.resume("engine core launched", freeze=False)
+    main_gc.pause(bound_s=30.0)
+    time.sleep(0.5)  # past the first pause's bound
+    assert main_gc.paused() and not gc.isenabled()
+    main_gc.resume("the test", freeze=False)
+
+
+def test_a_pause_whose_timer_cannot_start_leaves_the_collector_on(monkeypatch):
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(main_gc.threading.Timer, "start", refuse)
+    with pytest.raises(RuntimeError):
+        main_gc.pause()
+    assert gc.isenabled() and not main_gc.paused()
+
+
+def test_an_early_start_whose_pause_fails_still_hosts_the_engine(monkeypatch, capsys):
+    monkeypatch.delenv(client.GC_FREEZE_ENV, raising=False)
+
+    def refuse(bound_s=main_gc.BOUND_S):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(main_gc, "pause", refuse)
+    assert client.start_early("SGLang", lambda: True, lambda: None, "schedulers") is True
+    assert "collections not paused over the engine's imports (RuntimeError" in capsys.readouterr().err

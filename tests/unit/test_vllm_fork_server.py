@@ -200,7 +200,7 @@ class CoreEngineProcManager:
 DRIVER = """
 import json, logging, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the synthetic vllm: not on PYTHONPATH
-from foundry_core.engine.fork_server import client, main_gc
+from foundry_core.engine.fork_server import client
 from vllm_foundry import fork_patches, fork_server
 
 if __name__ == "__main__":

@@ -95,15 +95,20 @@ def start_early(engine: str, wanted: Callable[[], bool], start_server: Callable[
     says so on stderr and returns False, and the engine spawns ``children`` as it does without a
     fork server."""
     try:
-        if wanted():
-            start_server()
-            if gc_freeze_wanted(os.environ):
-                main_gc.pause()  # this process now imports the engine; resumed at its first launch
-            return True
+        if not wanted():
+            return False
+        start_server()
     except Exception as exc:  # noqa: BLE001 - interpreter start-up must go on
         sys.stderr.write(f"foundry: the {engine} fork server did not start ({type(exc).__name__}: {exc}); "
                          f"{children} will be spawned\n")
-    return False
+        return False
+    if gc_freeze_wanted(os.environ):
+        try:
+            main_gc.pause()  # this process now imports the engine; resumed at its first launch
+        except Exception as exc:  # noqa: BLE001 - the imports then run with collections, as without Foundry
+            sys.stderr.write(f"foundry: collections not paused over the engine's imports ({type(exc).__name__}: "
+                             f"{exc})\n")
+    return True
 
 
 def start(preload: Sequence[str], engine: str, child_names: Mapping[str, str] | None = None,

@@ -64,12 +64,12 @@ def pause(bound_s: float = BOUND_S) -> bool:
         if not _at_fork_registered:
             os.register_at_fork(after_in_child=_after_fork_in_child)
             _at_fork_registered = True
+        timer = threading.Timer(bound_s, resume, args=(f"no launch within {bound_s:.0f} s",))
+        timer.daemon = True
+        timer.name = "foundry-gc-pause"
+        timer.start()  # first: a timer that cannot start leaves the collector on
         gc.disable()
-        _PAUSE.began, _PAUSE.pid = time.perf_counter(), os.getpid()
-        _PAUSE.timer = threading.Timer(bound_s, resume, args=(f"no launch within {bound_s:.0f} s",))
-        _PAUSE.timer.daemon = True
-        _PAUSE.timer.name = "foundry-gc-pause"
-        _PAUSE.timer.start()
+        _PAUSE.began, _PAUSE.pid, _PAUSE.timer = time.perf_counter(), os.getpid(), timer
         return True
 
 
@@ -93,8 +93,8 @@ def resume(why: str, freeze: bool = True) -> float | None:
 
 
 def _after_fork_in_child() -> None:
-    # The timer thread is not in the child; the collector must not stay off there.
-    if _PAUSE.began is not None and _PAUSE.pid != os.getpid():
+    # The timer thread is not in the child, and the lock may have been held by a parent's thread.
+    _PAUSE.lock = threading.Lock()
+    if _PAUSE.began is not None:
         _PAUSE.began, _PAUSE.timer, _PAUSE.pid = None, None, None
-        _PAUSE.lock = threading.Lock()
-        gc.enable()
+        gc.enable()  # the collector must not stay off there
