@@ -179,6 +179,7 @@ class WorkerRuntime:
         self.capture_seen = False
         self.saved = False
         self._ended = False
+        self.carried_in: HostCaches | None = None  # LOAD: the archive's carried caches, once read
         self._pause_depth = 0
         self._phase_depth = 0
         self.ledger = critical_path.LEDGER
@@ -226,6 +227,7 @@ class WorkerRuntime:
         if where is None:
             return
         source, carrier = cache_carry.carry_in(*where, load=self.mode is Mode.LOAD)
+        self.carried_in = source
         if carrier is not None:
             self.triton = carrier
         if source is None:

@@ -10,13 +10,14 @@ when unset, vLLM derives from the host's directories:
 - ``VLLM_CONFIG_ROOT``: ``$XDG_CONFIG_HOME/vllm`` (default ``~/.config``), where vLLM looks for
   its usage-statistics opt-out.
 
-So on a host whose cache or home directory lies elsewhere, vLLM computes another key, does not
-find the compiled model the archive placed, and compiles it again (20-31 s with the Qwen3-8B
+So on a host whose cache directory (or configuration directory) lies elsewhere, vLLM computes
+another key, does not find the compiled model the archive placed, and compiles it again (20-31 s with the Qwen3-8B
 shapes on an H100, every start on empty caches at new paths). SAVE records the values it hashed
 (:func:`record`, in the engine state). LOAD, before vLLM compiles (:func:`match`), sets
-``VLLM_XLA_CACHE_PATH`` to SAVE's value where the user has not set it, and says so. A
-``VLLM_CONFIG_ROOT`` that differs is named, not changed: it decides where vLLM reads its
-configuration. Setting it to SAVE's value makes the keys match. Newer vLLM releases (0.34) leave
+``VLLM_XLA_CACHE_PATH`` to SAVE's value where the user has not set it and the archive carries
+vLLM's compiled model, and says so. A ``VLLM_CONFIG_ROOT`` that differs (another home or
+``XDG_CONFIG_HOME``), or a ``VLLM_XLA_CACHE_PATH`` the user set to another value, is named, not
+changed: setting it to SAVE's value makes the keys match. Newer vLLM releases (0.34) leave
 both out of the key; then nothing is done.
 """
 
@@ -39,7 +40,8 @@ NAMED = ("VLLM_CONFIG_ROOT",)  # only named when it differs: it is vLLM's config
 def record(state: MutableMapping[str, Any], envs: Any) -> None:
     """SAVE: the values vLLM's ``envs`` gives the variables of :data:`PINNED` and :data:`NAMED`,
     into the adapter's ``state``."""
-    state[STATE_KEY] = {name: str(getattr(envs, name)) for name in (*PINNED, *NAMED)}
+    state[STATE_KEY] = {name: str(value) for name in (*PINNED, *NAMED)
+                        if (value := getattr(envs, name, None)) is not None}
 
 
 def match(recorded: Mapping[str, Any], envs: Any, environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
@@ -51,8 +53,9 @@ def match(recorded: Mapping[str, Any], envs: Any, environ: MutableMapping[str, s
     saved = recorded.get(STATE_KEY)
     if not isinstance(saved, Mapping):
         return {}
-    differ = {name: (value, here) for name in (*PINNED, *NAMED)
-              if isinstance(value := saved.get(name), str) and value != (here := str(getattr(envs, name)))}
+    differ = {name: (value, str(here)) for name in (*PINNED, *NAMED)
+              if isinstance(value := saved.get(name), str) and (here := getattr(envs, name, None)) is not None
+              and value != str(here)}
     if differ:
         hashed = _hashed(envs)  # only now: it evaluates every variable vLLM knows
         differ = {name: pair for name, pair in differ.items() if hashed is None or name in hashed}
@@ -62,7 +65,7 @@ def match(recorded: Mapping[str, Any], envs: Any, environ: MutableMapping[str, s
             environ[name] = changed[name] = value
             logger.info("foundry: %s=%s, as at SAVE (%s here): part of vLLM's compile-cache key, and read by nothing "
                         "else on a GPU; the compiled model from the archive is found", name, value, here)
-        elif name in NAMED:
+        else:  # set by the user, or NAMED
             logger.warning("foundry: %s is %s here and was %s at SAVE; vLLM's compile-cache key includes it, so vLLM "
                            "compiles the model instead of using the archive's (set %s=%s to use it)", name, here,
                            value, name, value)

@@ -83,21 +83,20 @@ class WorkerRuntime(worker.WorkerRuntime):
             return []
 
     def carry_caches_in(self) -> None:
-        """SAVE records, LOAD matches the host paths in vLLM's compile-cache key (compile_key.py),
-        before vLLM computes it; then the core's carrying."""
-        if self.active:
-            self._match_compile_key()
+        """The core's carrying, then the host paths in vLLM's compile-cache key (compile_key.py),
+        before vLLM computes the key at its first forward: matched to SAVE's at a LOAD whose
+        archive carries vLLM's compiled model, and recorded as in effect (a LOAD that falls back
+        saves with them)."""
         super().carry_caches_in()
-
-    def _match_compile_key(self) -> None:
+        if not self.active:
+            return
         try:
             import vllm.envs as envs
         except ImportError:  # only outside a vLLM process
             return
-        if self.mode is Mode.SAVE:
-            compile_key.record(self.adapter.state, envs)
-        elif self.mode is Mode.LOAD and (state := self.session.recorded_state()) is not None:
-            compile_key.match(state.adapter, envs)
+        if self.mode is Mode.LOAD and self.carried_in is not None and self.carried_in.paths(compile_cache.CACHE):
+            compile_key.match(self.recorded_adapter_state(), envs)
+        compile_key.record(self.adapter.state, envs)
 
     def lazy_instantiation(self) -> bool:
         try:
