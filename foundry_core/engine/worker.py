@@ -157,7 +157,9 @@ class WorkerRuntime:
     - ``end_when_off_at_boundary``: True when a session that fell back to OFF at the determinism
       boundary ends the region there (then :meth:`finish` does not end the session again);
     - ``carries_host_caches``: True when the plugin calls :meth:`carry_caches_out` after the
-      engine's warmup (then Triton's cache, and :meth:`host_cache_trees`, travel in the archive).
+      engine's warmup (then Triton's cache, and :meth:`host_cache_trees`, travel in the archive);
+    - ``places_caches_ahead``: True when the plugin calls :meth:`wait_caches` before the engine
+      first reads its compile caches (then LOAD places them on a thread, beside the model load).
 
     Attributes the seams read and set: ``phase`` (the plugin's start-up phase, see
     :meth:`in_phase`), ``archive`` (the restored GraphArchive, kept alive with its outputs and
@@ -169,6 +171,7 @@ class WorkerRuntime:
     no_capture_warning: ClassVar[str] = "the engine captured no CUDA graphs (capture seam not reached)"
     end_when_off_at_boundary: ClassVar[bool] = False
     carries_host_caches: ClassVar[bool] = False
+    places_caches_ahead: ClassVar[bool] = False
 
     def __init__(self, session: EngineSession, adapter: Any, device: DeviceOps | None = None) -> None:
         self.session = session
@@ -180,6 +183,7 @@ class WorkerRuntime:
         self.saved = False
         self._ended = False
         self.carried_in: HostCaches | None = None  # LOAD: the archive's carried caches, once read
+        self._ahead: cache_carry.CachesAhead | None = None  # LOAD: placing them, until wait_caches()
         self._pause_depth = 0
         self._phase_depth = 0
         self.ledger = critical_path.LEDGER
@@ -220,7 +224,8 @@ class WorkerRuntime:
 
     def carry_caches_in(self) -> None:
         """SAVE and LOAD: Triton's cache opens its entries through a carrier; LOAD also puts the
-        archive's carried files the host lacks into the engine's caches (before the engine looks)."""
+        archive's carried files the host lacks into the engine's caches, before the engine looks:
+        here, or on a thread that :meth:`wait_caches` joins (``places_caches_ahead``)."""
         if not self.carries_host_caches or not self.active or not host_caches.enabled():
             return
         where = self._archive_dirs()
@@ -232,6 +237,10 @@ class WorkerRuntime:
             self.triton = carrier
         if source is None:
             return
+        if self.places_caches_ahead:
+            self._ahead = cache_carry.CachesAhead(source, self.host_cache_trees(), self.logger,
+                                                  triton=self.triton).start()
+            return
         start = time.perf_counter()
         done = Copied()
         for tree in self.host_cache_trees():
@@ -242,6 +251,13 @@ class WorkerRuntime:
         if done.files or done.refused:
             self.logger.info("foundry: compile caches from the archive: %s in %.2f s", done.describe(),
                              time.perf_counter() - start)
+
+    def wait_caches(self) -> None:
+        """LOAD with ``places_caches_ahead``: waits until the archive's caches are placed (once;
+        nothing otherwise). The wait counts on the critical path as ``host caches``."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.wait()
 
     def carry_caches_out(self) -> None:
         """SAVE, after the engine's warmup: carries the caches this start used into the archive

@@ -504,6 +504,27 @@ def test_the_runtime_carries_at_save_and_restores_at_load(tmp_path, monkeypatch,
     assert not off.exists()
 
 
+class CarryingAheadRuntime(CarryingRuntime):
+    places_caches_ahead = True
+
+
+def test_a_load_that_places_ahead_has_the_files_once_it_waited(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(triton_cache, "install", lambda carrier: False)
+    host = tree_of(tmp_path / "host", {"cc/H/rank_0_0/model": b"compiled", "cc/H/inductor/k.py": b"code"})
+    archive = tmp_path / "archive"
+    saving = CarryingRuntime(session_at(archive, Mode.SAVE), host, ("cc/H",)).launch(0, archive)
+    saving.saved = True
+    saving.carry_caches_out()
+    fresh = tmp_path / "fresh"
+    loading = CarryingAheadRuntime(session_at(archive, Mode.LOAD), fresh).launch(0, archive)
+    assert loading._ahead is not None  # placing on its thread: launch did not wait for it
+    with caplog.at_level(logging.INFO, logger="foundry"):
+        loading.wait_caches()
+    assert (fresh / "cc/H/rank_0_0/model").read_bytes() == b"compiled"
+    assert "JIT caches from the archive: 2 files" in caplog.text and "on a thread" in caplog.text
+    loading.wait_caches()  # once: a second wait does nothing
+
+
 def test_verify_names_a_carried_file_that_changed(tmp_path):
     host = tree_of(tmp_path / "host", {"H/a": b"aaaa"})
     archive = tmp_path / "archive"

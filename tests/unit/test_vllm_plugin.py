@@ -1362,6 +1362,17 @@ def test_moe_replica_owns_its_global_rank_and_agrees_with_the_other_replica(work
     assert tp_peer["calls"] and all(group == "world" for _, group in tp_peer["calls"])
 
 
+def test_the_archives_caches_are_placed_before_vllms_first_forward(worker_env, fake_vllm, monkeypatch):
+    cg = fake_vllm["vllm.v1.worker.gpu.cudagraph_utils"]
+    assert runtime.WorkerRuntime.places_caches_ahead  # LOAD places them on a thread: the seams join it
+    monkeypatch.setattr(runtime.WorkerRuntime, "wait_caches", lambda self: cg.LOG.append("wait_caches"))
+    log, *_ = worker_env("save")  # profiles: both forwards' seams wait
+    steps = [e if isinstance(e, str) else e[0] for e in log]
+    assert steps.index("wait_caches") < steps.index("profile_run")
+    second = steps.index("wait_caches", steps.index("profile_run"))
+    assert second < steps.index("forward")
+
+
 def test_unsupported_configuration_is_refused_before_the_device(worker_env, fake_vllm):
     cg = fake_vllm["vllm.v1.worker.gpu.cudagraph_utils"]
     cfg = fake_config(**{"compilation_config.cudagraph_mode": cg.CUDAGraphMode.PIECEWISE})

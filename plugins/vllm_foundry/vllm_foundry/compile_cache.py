@@ -7,7 +7,8 @@ cache beside them. SAVE carries that directory, leaving out other ranks' ``rank_
 finds it through ``compilation_config.local_cache_dir`` (a start that loaded the artifact) and the
 ``_aot_cache_dir`` of the model's compiled modules (a start that compiled it: vLLM's backend then
 replaced ``local_cache_dir`` with its pieces' directory). LOAD copies the files a fresh host lacks
-back under its own ``VLLM_CACHE_ROOT`` when the worker starts, before vLLM looks for the artifact,
+back under its own ``VLLM_CACHE_ROOT`` on a thread from when the worker starts (the model loads
+meanwhile; vLLM's first forward, which looks for the artifact, waits for it: worker_patches.py),
 one hash directory at a time, the ``model`` files last. The hash is vLLM's own cache key (its
 version, the model config, torch, Inductor's settings, its environment variables), so a LOAD that
 passes the archive's fingerprint finds the directory under the same name once the two host paths

@@ -65,6 +65,9 @@ class WorkerRuntime(worker.WorkerRuntime):
     logger: ClassVar[logging.Logger] = logger
     no_capture_warning: ClassVar[str] = "vLLM captured no CUDA graphs (capture seam not reached)"
     carries_host_caches: ClassVar[bool] = True
+    # Joined before vLLM's first forward (worker_patches.py), which is where it first reads its
+    # compile cache: the copy overlaps the model load and the KV cache's allocation.
+    places_caches_ahead: ClassVar[bool] = True
 
     def __init__(self, session: EngineSession, adapter: VllmAdapter, device: DeviceOps | None = None) -> None:
         super().__init__(session, adapter, device if device is not None else DeviceOps())

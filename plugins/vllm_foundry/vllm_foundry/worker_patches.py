@@ -121,6 +121,7 @@ def wrap_determine_available_memory(original: Callable[..., Any]) -> Callable[..
             workspace.place_in_region(rt)
             self.available_kv_cache_memory_bytes = kv_bytes
             return kv_bytes
+        rt.wait_caches()  # the profile's forward is the model's first: it reads the compile cache
         if not rt.region_open:
             return original(self, *args, **kwargs)
         with runtime.timed("memory profiling"), rt.paused():
@@ -190,6 +191,7 @@ def wrap_compile_or_warm_up_model(original: Callable[..., Any]) -> Callable[...,
         rt = runtime.current()
         if rt is None:
             return original(self, *args, **kwargs)
+        rt.wait_caches()  # the warmup's forwards read the compile cache
         if ranks.may_load(rt):
             _warmup_agreed(rt)
         # finish() at the end is a no-op after the capture phase ended the region
