@@ -208,7 +208,11 @@ class CachesAhead:
                 self.log.warning("foundry: %s not taken from the archive (%s: %s); the engine compiles what it lacks",
                                  tree.cache, type(exc).__name__, exc)
         if self.triton is not None:
-            self._triton_ahead(self.triton)
+            try:
+                self._triton_ahead(self.triton)
+            except Exception as exc:  # noqa: BLE001 - the kernels left are placed at their lookups
+                self.log.warning("foundry: Triton's carried kernels not all placed ahead (%s: %s); the rest are placed "
+                                 "when Triton looks them up", type(exc).__name__, exc)
         self.seconds = time.perf_counter() - start
 
     def _triton_ahead(self, carrier: TritonCarrier) -> None:
@@ -221,8 +225,9 @@ class CachesAhead:
                              "each is placed when Triton first looks it up, on the start's path")
             return
         for key in sorted({rel.partition("/")[0] for rel in self.source.paths(TRITON)}):
-            carrier.looked_up(key, os.path.join(carrier.home, key))
-        self.done.add(carrier.seeded)
+            placed = carrier.looked_up(key, os.path.join(carrier.home, key))
+            if placed is not None:  # only this thread's: lookups on the engine's path count there
+                self.done.add(placed)
 
     def wait(self) -> Copied:
         """Joins the thread and says what it placed and what the start spent on it."""

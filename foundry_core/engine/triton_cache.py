@@ -103,22 +103,23 @@ class TritonCarrier:
         self.missing: list[str] = []  # LOAD: keys looked up that neither the archive nor the host held
         self._lock = threading.Lock()
 
-    def looked_up(self, key: str, directory: str) -> None:
-        """Triton's manager opened ``directory`` (the cache's directory of ``key``). What Triton
-        waits here (the lock, a restore) counts on the start's critical path as ``host caches``."""
+    def looked_up(self, key: str, directory: str) -> Copied | None:
+        """Triton's manager opened ``directory`` (the cache's directory of ``key``); returns what
+        this call placed from the archive (None: nothing). What Triton waits here (the lock, a
+        restore) counts on the start's critical path as ``host caches``."""
         with LEDGER.timed("host caches"):
-            self._look_up(key, directory)
+            return self._look_up(key, directory)
 
-    def _look_up(self, key: str, directory: str) -> None:
+    def _look_up(self, key: str, directory: str) -> Copied | None:
         with self._lock:
             if directory in self.used:
-                return
+                return None
             self.used[directory] = key
             cache = self._carrying(key)
             if cache is None:
                 if self.source is not None and not _holds_files(directory):
                     self._note_missing(key)
-                return
+                return None
             try:
                 copied = self.source.restore_tree(
                     cache, directory, key, strip=True, last=_is_group,
@@ -127,8 +128,9 @@ class TritonCarrier:
             except OSError as exc:
                 logger.warning("foundry: Triton kernel %s not taken from the archive (%s); Triton compiles it", key,
                                exc)
-                return
+                return None
             self.seeded.add(copied)
+            return copied
 
     def _note_missing(self, key: str) -> None:
         """A key neither the archive nor this host holds: Triton builds it (a kernel, a launcher or

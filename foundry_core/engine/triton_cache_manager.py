@@ -20,7 +20,7 @@ __all__ = ["KeyListener", "listener", "set_listener", "manager_class"]
 class KeyListener(Protocol):
     """Hears of each key directory the manager opens (the carrier)."""
 
-    def looked_up(self, key: str, directory: str) -> None: ...
+    def looked_up(self, key: str, directory: str) -> object: ...  # its answer is not used here
 
 
 _listener: KeyListener | None = None

@@ -27,7 +27,8 @@ STEPS = (
     ("capture/restore (foundry)", r"foundry: capture_model \(capture or restore\) took ([\d.]+) s"),
     ("JIT warmup", r"foundry: vLLM's JIT warmup .* took ([\d.]+) s"),
     ("compile caches into the archive", r"foundry: compile caches carried in the archive: .*, in ([\d.]+) s"),
-    ("compile caches from the archive", r"foundry: (?:compile|JIT) caches from the archive: .* in ([\d.]+) s"),
+    # What the start spent: the copy's time when the worker placed them, the wait when a thread did.
+    ("compile caches from the archive", r"foundry: (?:compile|JIT) caches from the archive: .*(?: in|waited) ([\d.]+) s"),
     ("warmup total", r"foundry: compile_or_warm_up_model .* took ([\d.]+) s"),
     ("engine init (vLLM)", r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
 )

@@ -608,3 +608,39 @@ def test_load_places_tritons_carried_kernels_ahead_where_triton_looks(tmp_path, 
     assert group["child_paths"]["k.cubin"] == str(new_host / "KEY" / "k.cubin")  # this host's path
     carrier.looked_up("KEY", str(new_host / "KEY"))  # Triton's own lookup later: nothing more to do
     assert carrier.seeded.files == 2
+
+
+def _archive_with_kernels(tmp_path: Path, keys: tuple[str, ...]) -> HostCaches:
+    saved_host = tmp_path / "save-host-triton"
+    saving = triton_cache.TritonCarrier()
+    for key in keys:
+        (saved_host / key).mkdir(parents=True)
+        (saved_host / key / "k.cubin").write_bytes(key.encode())
+        saving.looked_up(key, str(saved_host / key))
+    archive = tmp_path / "archive"
+    caches = HostCaches(archive, archive / "rank0")
+    saving.carry(caches)
+    caches.write_list()
+    return HostCaches.read(archive, archive / "rank0")
+
+
+def test_the_thread_counts_only_the_kernels_it_placed(tmp_path):
+    source = _archive_with_kernels(tmp_path, ("A", "B"))
+    new_host = tmp_path / "new-host-triton"
+    carrier = triton_cache.TritonCarrier(source, home=str(new_host))
+    carrier.looked_up("A", str(new_host / "A"))  # the engine looked A up first, on its own path
+    done = CachesAhead(source, [], triton=carrier).start().wait()
+    assert (done.files, carrier.seeded.files) == (1, 2)  # the thread placed B alone
+
+
+def test_a_failure_placing_kernels_ahead_is_said_and_the_lookups_go_on(tmp_path, monkeypatch, caplog):
+    source = _archive_with_kernels(tmp_path, ("A",))
+    carrier = triton_cache.TritonCarrier(source, home=str(tmp_path / "new-host-triton"))
+
+    def broken(self, key, directory):
+        raise RuntimeError("no such key")
+
+    monkeypatch.setattr(triton_cache.TritonCarrier, "looked_up", broken)
+    with caplog.at_level(logging.WARNING, logger="foundry"):
+        CachesAhead(source, [], triton=carrier).start().wait()
+    assert "Triton's carried kernels not all placed ahead (RuntimeError: no such key)" in caplog.text
