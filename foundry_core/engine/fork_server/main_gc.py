@@ -39,10 +39,9 @@ class _Pause:
     """This process's pause: when it began and the timer that ends it at the latest."""
 
     def __init__(self) -> None:
-        self.began: float | None = None
+        self.began: float | None = None  # None: not paused (a forked child starts unpaused)
         self.timer: threading.Timer | None = None
         self.lock = threading.Lock()
-        self.pid: int | None = None
 
 
 _PAUSE = _Pause()
@@ -51,7 +50,7 @@ _at_fork_registered = False
 
 def paused() -> bool:
     """Whether this process's collector is paused by :func:`pause`."""
-    return _PAUSE.began is not None and _PAUSE.pid == os.getpid()
+    return _PAUSE.began is not None
 
 
 def pause(bound_s: float = BOUND_S) -> bool:
@@ -69,7 +68,7 @@ def pause(bound_s: float = BOUND_S) -> bool:
         timer.name = "foundry-gc-pause"
         timer.start()  # first: a timer that cannot start leaves the collector on
         gc.disable()
-        _PAUSE.began, _PAUSE.pid, _PAUSE.timer = time.perf_counter(), os.getpid(), timer
+        _PAUSE.began, _PAUSE.timer = time.perf_counter(), timer
         return True
 
 
@@ -96,5 +95,5 @@ def _after_fork_in_child() -> None:
     # The timer thread is not in the child, and the lock may have been held by a parent's thread.
     _PAUSE.lock = threading.Lock()
     if _PAUSE.began is not None:
-        _PAUSE.began, _PAUSE.timer, _PAUSE.pid = None, None, None
+        _PAUSE.began, _PAUSE.timer = None, None
         gc.enable()  # the collector must not stay off there

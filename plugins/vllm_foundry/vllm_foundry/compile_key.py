@@ -11,8 +11,8 @@ when unset, vLLM derives from the host's directories:
   its usage-statistics opt-out.
 
 So on a host whose cache directory (or configuration directory) lies elsewhere, vLLM computes
-another key, does not find the compiled model the archive placed, and compiles it again (20-31 s with the Qwen3-8B
-shapes on an H100, every start on empty caches at new paths). SAVE records the values it hashed
+another key, does not find the compiled model the archive placed, and compiles it again (20-31 s
+with the Qwen3-8B shapes on an H100, every start on empty caches at new paths). SAVE records the values it hashed
 (:func:`record`, in the engine state). LOAD, before vLLM compiles (:func:`match`), sets
 ``VLLM_XLA_CACHE_PATH`` to SAVE's value where the user has not set it and the archive carries
 vLLM's compiled model, and says so. A ``VLLM_CONFIG_ROOT`` that differs (another home or
@@ -53,9 +53,7 @@ def match(recorded: Mapping[str, Any], envs: Any, environ: MutableMapping[str, s
     saved = recorded.get(STATE_KEY)
     if not isinstance(saved, Mapping):
         return {}
-    differ = {name: (value, str(here)) for name in (*PINNED, *NAMED)
-              if isinstance(value := saved.get(name), str) and (here := getattr(envs, name, None)) is not None
-              and value != str(here)}
+    differ = _differing(saved, envs)
     if differ:
         hashed = _hashed(envs)  # only now: it evaluates every variable vLLM knows
         differ = {name: pair for name, pair in differ.items() if hashed is None or name in hashed}
@@ -70,6 +68,16 @@ def match(recorded: Mapping[str, Any], envs: Any, environ: MutableMapping[str, s
                            "compiles the model instead of using the archive's (set %s=%s to use it)", name, here,
                            value, name, value)
     return changed
+
+
+def _differing(saved: Mapping[str, Any], envs: Any) -> dict[str, tuple[str, str]]:
+    """{variable: (SAVE's value, this host's)} for each recorded one whose value here differs."""
+    differ = {}
+    for name in (*PINNED, *NAMED):
+        value, here = saved.get(name), getattr(envs, name, None)
+        if isinstance(value, str) and here is not None and value != str(here):
+            differ[name] = (value, str(here))
+    return differ
 
 
 def _hashed(envs: Any) -> set[str] | None:
