@@ -32,57 +32,62 @@ def test_save_records_the_paths_vllm_hashes():
                                                    "VLLM_CONFIG_ROOT": "/root/.config/vllm"}
 
 
-def test_load_at_another_cache_directory_takes_saves_xla_path(caplog):
-    environ: dict[str, str] = {"XDG_CACHE_HOME": "/data/cache"}
+def test_save_records_the_values_its_key_hashed():
+    # A LOAD that took SAVE's values and then fell back to SAVE compiled under those.
+    state: dict = {}
+    compile_key.record(state, _envs("/data/xla", "/home/u/.config/vllm"), {"VLLM_CONFIG_ROOT": "/root/.config/vllm"})
+    assert state[compile_key.STATE_KEY] == {"VLLM_XLA_CACHE_PATH": "/data/xla", "VLLM_CONFIG_ROOT": "/root/.config/vllm"}
+
+
+@pytest.mark.parametrize("here, expected", [
+    (_envs("/data/cache/vllm/xla_cache", "/root/.config/vllm"), {"VLLM_XLA_CACHE_PATH": "/root/.cache/vllm/xla_cache"}),
+    (_envs("/root/.cache/vllm/xla_cache", "/home/u/.config/vllm"), {"VLLM_CONFIG_ROOT": "/root/.config/vllm"}),
+    (_envs("/x/xla", "/home/u/.config/vllm"), {"VLLM_XLA_CACHE_PATH": "/root/.cache/vllm/xla_cache",
+                                               "VLLM_CONFIG_ROOT": "/root/.config/vllm"}),
+])
+def test_load_at_other_paths_takes_saves_values_for_the_key_only(monkeypatch, caplog, here, expected):
+    monkeypatch.delenv("VLLM_XLA_CACHE_PATH", raising=False)
+    monkeypatch.delenv("VLLM_CONFIG_ROOT", raising=False)
     with caplog.at_level(logging.INFO, logger="foundry.vllm"):
-        changed = compile_key.match(_recorded(), _envs("/data/cache/vllm/xla_cache", "/root/.config/vllm"), environ)
-    assert changed == {"VLLM_XLA_CACHE_PATH": "/root/.cache/vllm/xla_cache"}
-    assert environ["VLLM_XLA_CACHE_PATH"] == "/root/.cache/vllm/xla_cache"
-    assert "as at SAVE (/data/cache/vllm/xla_cache here)" in caplog.text
-
-
-def test_a_value_the_user_set_is_kept():
-    environ = {"VLLM_XLA_CACHE_PATH": "/mine"}
-    assert compile_key.match(_recorded(), _envs("/mine", "/root/.config/vllm"), environ) == {}
-    assert environ == {"VLLM_XLA_CACHE_PATH": "/mine"}
+        assert compile_key.match(_recorded(), here) == expected
+    for name, value in expected.items():
+        assert f"takes SAVE's {name}={value} ({getattr(here, name)} here)" in caplog.text
+    assert "VLLM_XLA_CACHE_PATH" not in os.environ and "VLLM_CONFIG_ROOT" not in os.environ  # vLLM uses its own
 
 
 def test_the_same_paths_change_nothing(caplog):
-    environ: dict[str, str] = {}
     with caplog.at_level(logging.INFO, logger="foundry.vllm"):
-        assert compile_key.match(_recorded(), SAVED, environ) == {}
-    assert environ == {} and caplog.text == ""
-
-
-def test_another_config_root_is_named_not_changed(caplog):
-    environ: dict[str, str] = {}
-    with caplog.at_level(logging.INFO, logger="foundry.vllm"):
-        compile_key.match(_recorded(), _envs("/root/.cache/vllm/xla_cache", "/home/u/.config/vllm"), environ)
-    assert "VLLM_CONFIG_ROOT" not in environ
-    assert "VLLM_CONFIG_ROOT is /home/u/.config/vllm here and was /root/.config/vllm at SAVE" in caplog.text
-    assert "set VLLM_CONFIG_ROOT=/root/.config/vllm to use it" in caplog.text
+        assert compile_key.match(_recorded(), SAVED) == {}
+    assert caplog.text == ""
 
 
 def test_an_archive_without_the_record_changes_nothing():
-    environ: dict[str, str] = {}
-    assert compile_key.match({"kv_cache_bytes": 1}, _envs("/x", "/y"), environ) == {}
-    assert environ == {}
+    assert compile_key.match({"kv_cache_bytes": 1}, _envs("/x", "/y")) == {}
 
 
 def test_a_vllm_that_leaves_the_paths_out_of_its_key_changes_nothing(caplog):
     envs = _envs("/data/cache/vllm/xla_cache", "/home/u/.config/vllm")
     envs.compile_factors = lambda: {"VLLM_USE_AOT_COMPILE": "1"}  # vLLM 0.34 ignores both paths
-    environ: dict[str, str] = {}
     with caplog.at_level(logging.INFO, logger="foundry.vllm"):
-        assert compile_key.match(_recorded(), envs, environ) == {}
-    assert environ == {} and caplog.text == ""
+        assert compile_key.match(_recorded(), envs) == {}
+    assert caplog.text == ""
 
 
-def test_a_vllm_that_hashes_them_is_matched():
-    envs = _envs("/data/cache/vllm/xla_cache", "/root/.config/vllm")
-    envs.compile_factors = lambda: {"VLLM_XLA_CACHE_PATH": "/data/cache/vllm/xla_cache", "VLLM_CONFIG_ROOT": "x"}
-    environ: dict[str, str] = {}
-    assert compile_key.match(_recorded(), envs, environ) == {"VLLM_XLA_CACHE_PATH": "/root/.cache/vllm/xla_cache"}
+def test_a_vllm_that_hashes_one_of_them_is_matched_for_that_one():
+    envs = _envs("/data/cache/vllm/xla_cache", "/home/u/.config/vllm")
+    envs.compile_factors = lambda: {"VLLM_XLA_CACHE_PATH": "/data/cache/vllm/xla_cache", "VLLM_USE_AOT_COMPILE": "1"}
+    assert compile_key.match(_recorded(), envs) == {"VLLM_XLA_CACHE_PATH": "/root/.cache/vllm/xla_cache"}
+
+
+def test_the_wrapped_factors_hash_saves_values_and_nothing_else():
+    def compile_factors():
+        return {"VLLM_XLA_CACHE_PATH": "/data/xla", "VLLM_USE_AOT_COMPILE": "1"}
+
+    wrapped = compile_key.keyed_as_at_save({"VLLM_XLA_CACHE_PATH": "/root/xla", "VLLM_CONFIG_ROOT": "/root/c"})(
+        compile_factors)
+    # A path the key does not hash stays out of it: the key is SAVE's, not a new one.
+    assert wrapped() == {"VLLM_XLA_CACHE_PATH": "/root/xla", "VLLM_USE_AOT_COMPILE": "1"}
+    assert compile_factors() == {"VLLM_XLA_CACHE_PATH": "/data/xla", "VLLM_USE_AOT_COMPILE": "1"}
 
 
 # ---- the worker runtime: recorded at SAVE, matched at LOAD, before vLLM computes its key ------------------
@@ -115,35 +120,61 @@ def _vllm_envs(monkeypatch, envs):
     monkeypatch.setitem(sys.modules, "vllm.envs", envs)
 
 
-@pytest.mark.parametrize("carried, pinned", [(("torch_aot_compile/h/rank_0_0/model",), True), ((), False)])
-def test_a_save_then_a_load_at_another_cache_directory(monkeypatch, carried, pinned):
+def _factors(xla: str, config: str) -> types.SimpleNamespace:
+    # vLLM 0.25's envs module: the two paths, and compile_factors() hashing them from this host.
+    envs = _envs(xla, config)
+    envs.compile_factors = lambda: {"VLLM_XLA_CACHE_PATH": xla, "VLLM_CONFIG_ROOT": config, "VLLM_USE_AOT_COMPILE": "1"}
+    return envs
+
+
+@pytest.fixture
+def unwrapped():
+    from vllm_foundry import patching
+
+    yield
+    patching.uninstall_all()
+
+
+@pytest.mark.parametrize("carried, keyed", [(("torch_aot_compile/h/rank_0_0/model",), True), ((), False)])
+def test_a_save_then_a_load_at_other_paths_hashes_saves_key(monkeypatch, unwrapped, carried, keyed):
     from foundry_core.engine import Mode
 
     monkeypatch.delenv("VLLM_XLA_CACHE_PATH", raising=False)
-    _vllm_envs(monkeypatch, SAVED)
+    monkeypatch.delenv("VLLM_CONFIG_ROOT", raising=False)
+    save_envs = _factors("/root/.cache/vllm/xla_cache", "/root/.config/vllm")
+    _vllm_envs(monkeypatch, save_envs)
     save = _runtime(monkeypatch, Mode.SAVE)
     save.carry_caches_in()
-    assert save.adapter.state[compile_key.STATE_KEY]["VLLM_XLA_CACHE_PATH"] == "/root/.cache/vllm/xla_cache"
+    assert save.adapter.state[compile_key.STATE_KEY]["VLLM_CONFIG_ROOT"] == "/root/.config/vllm"
 
-    _vllm_envs(monkeypatch, _envs("/data/cache/vllm/xla_cache", "/root/.config/vllm"))
+    load_envs = _factors("/data/cache/vllm/xla_cache", "/home/u/.config/vllm")
+    _vllm_envs(monkeypatch, load_envs)
     load = _runtime(monkeypatch, Mode.LOAD, types.SimpleNamespace(adapter=save.adapter.state), carried)
     load.carry_caches_in()
     # Only where the archive carries vLLM's compiled model: else the host's own cache keeps its key.
-    assert (os.environ.get("VLLM_XLA_CACHE_PATH") == "/root/.cache/vllm/xla_cache") is pinned
-    assert compile_key.STATE_KEY in load.adapter.state  # what a LOAD that falls back to SAVE records
+    assert (load_envs.compile_factors() == save_envs.compile_factors()) is keyed
+    assert load_envs.VLLM_CONFIG_ROOT == "/home/u/.config/vllm"  # what vLLM itself reads is this host's
+    assert "VLLM_XLA_CACHE_PATH" not in os.environ and "VLLM_CONFIG_ROOT" not in os.environ
+    # What a LOAD that falls back to SAVE records: the values its key hashed.
+    assert load.adapter.state[compile_key.STATE_KEY] == (
+        save.adapter.state[compile_key.STATE_KEY] if keyed
+        else {"VLLM_XLA_CACHE_PATH": "/data/cache/vllm/xla_cache", "VLLM_CONFIG_ROOT": "/home/u/.config/vllm"})
+
+
+def test_a_vllm_without_the_factors_seam_compiles_and_says_so(monkeypatch, unwrapped, caplog):
+    from foundry_core.engine import Mode
+
+    _vllm_envs(monkeypatch, _envs("/data/cache/vllm/xla_cache", "/root/.config/vllm"))  # no compile_factors
+    load = _runtime(monkeypatch, Mode.LOAD, types.SimpleNamespace(adapter=_recorded()))
+    with caplog.at_level(logging.WARNING, logger="foundry.vllm"):
+        load.carry_caches_in()
+    assert "vLLM compiles the model instead of using the archive's" in caplog.text
+    assert "compile.key_env_factors" in caplog.text
+    assert load.adapter.state[compile_key.STATE_KEY]["VLLM_XLA_CACHE_PATH"] == "/data/cache/vllm/xla_cache"
 
 
 def test_a_vllm_without_the_variables_records_and_changes_nothing():
     state: dict = {}
     compile_key.record(state, types.SimpleNamespace())
     assert state[compile_key.STATE_KEY] == {}
-    environ: dict[str, str] = {}
-    assert compile_key.match(_recorded(), types.SimpleNamespace(), environ) == {} and environ == {}
-
-
-def test_a_value_the_user_set_that_differs_is_named(caplog):
-    environ = {"VLLM_XLA_CACHE_PATH": "/mine"}
-    with caplog.at_level(logging.INFO, logger="foundry.vllm"):
-        compile_key.match(_recorded(), _envs("/mine", "/root/.config/vllm"), environ)
-    assert environ == {"VLLM_XLA_CACHE_PATH": "/mine"}
-    assert "VLLM_XLA_CACHE_PATH is /mine here and was /root/.cache/vllm/xla_cache at SAVE" in caplog.text
+    assert compile_key.match(_recorded(), types.SimpleNamespace()) == {}

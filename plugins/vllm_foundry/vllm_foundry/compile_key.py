@@ -1,55 +1,53 @@
-"""The host paths in vLLM's compile-cache key, made the same at LOAD as at SAVE.
+"""The host paths in vLLM's compile-cache key, taken as at SAVE when a LOAD computes that key.
 
-vLLM 0.25 keys its AOT compile cache (``torch_compile_cache/torch_aot_compile/<hash>``, which the
-archive carries: compile_cache.py) on every vLLM environment variable it knows except those it
-lists as ignored (``vllm/envs.py`` ``compile_factors``). Two of the hashed ones are paths that,
-when unset, vLLM derives from the host's directories:
+vLLM 0.25 keys its compile cache (``torch_compile_cache/<hash>`` and
+``torch_compile_cache/torch_aot_compile/<hash>``, which the archive carries: compile_cache.py) on
+every vLLM environment variable it knows except those it lists as ignored (``vllm/envs.py``
+``compile_factors``). Two of the hashed ones are paths that, when unset, vLLM derives from the
+host's directories, and that no compiled code depends on:
 
-- ``VLLM_XLA_CACHE_PATH``: ``$XDG_CACHE_HOME/vllm/xla_cache`` (default ``~/.cache``). Nothing else
-  in vLLM 0.25 reads it; it was the TPU backend's cache.
-- ``VLLM_CONFIG_ROOT``: ``$XDG_CONFIG_HOME/vllm`` (default ``~/.config``), where vLLM looks for
-  its usage-statistics opt-out.
+- ``VLLM_XLA_CACHE_PATH``: ``$XDG_CACHE_HOME/vllm/xla_cache`` (default ``~/.cache``). Nothing
+  else in vLLM 0.25 reads it on a GPU; it was the TPU backend's cache.
+- ``VLLM_CONFIG_ROOT``: ``$XDG_CONFIG_HOME/vllm`` (default ``~/.config``), where vLLM keeps its
+  usage statistics and their opt-out.
 
-So on a host whose cache directory (or configuration directory) lies elsewhere, vLLM computes
-another key, does not find the compiled model the archive placed, and compiles it again (20-31 s
-with the Qwen3-8B shapes on an H100, every start on empty caches at new paths). SAVE records the values it hashed
-(:func:`record`, in the engine state). LOAD, before vLLM compiles (:func:`match`), sets
-``VLLM_XLA_CACHE_PATH`` to SAVE's value where the user has not set it and the archive carries
-vLLM's compiled model, and says so. A ``VLLM_CONFIG_ROOT`` that differs (another home or
-``XDG_CONFIG_HOME``), or a ``VLLM_XLA_CACHE_PATH`` the user set to another value, is named, not
-changed: setting it to SAVE's value makes the keys match. Newer vLLM releases (0.34) leave
-both out of the key; then nothing is done.
+So on a host whose cache or home directory lies elsewhere, vLLM computes another key, does not
+find the compiled model the archive placed, and compiles it again (15-31 s with the Qwen3-8B
+shapes on an H100, every start on empty caches at new paths). SAVE records the values its key
+hashed (:func:`record`, in the engine state). A LOAD whose archive carries vLLM's compiled model
+finds the recorded values that differ here (:func:`match`) and wraps ``compile_factors`` so that
+the key hashes SAVE's values for them (:func:`keyed_as_at_save`). The environment is not changed:
+vLLM keeps its statistics, and reads everything else, at this host's paths. Newer vLLM releases
+(0.34) leave both out of the key; then nothing is done.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-import os
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 logger = logging.getLogger("foundry.vllm")
 
-__all__ = ["STATE_KEY", "PINNED", "NAMED", "record", "match"]
+__all__ = ["STATE_KEY", "PATHS", "record", "match", "keyed_as_at_save"]
 
 STATE_KEY = "compile_key_paths"  # in the engine state's adapter fields
-PINNED = ("VLLM_XLA_CACHE_PATH",)  # set to SAVE's value at LOAD: read by nothing else on a GPU
-NAMED = ("VLLM_CONFIG_ROOT",)  # only named when it differs: it is vLLM's configuration directory
+PATHS = ("VLLM_XLA_CACHE_PATH", "VLLM_CONFIG_ROOT")  # hashed by vLLM 0.25, read by no compiled code
 
 
-def record(state: MutableMapping[str, Any], envs: Any) -> None:
-    """SAVE: the values vLLM's ``envs`` gives the variables of :data:`PINNED` and :data:`NAMED`,
-    into the adapter's ``state``."""
-    state[STATE_KEY] = {name: str(value) for name in (*PINNED, *NAMED)
-                        if (value := getattr(envs, name, None)) is not None}
+def record(state: MutableMapping[str, Any], envs: Any, keyed: Mapping[str, str] | None = None) -> None:
+    """SAVE: the values of :data:`PATHS` this process's key hashed, into the adapter's ``state``:
+    vLLM's ``envs``, or ``keyed`` (:func:`match`'s answer) where this process took SAVE's values
+    (a LOAD that fell back to SAVE keeps the key it compiled under)."""
+    values = {name: str(value) for name in PATHS if (value := getattr(envs, name, None)) is not None}
+    state[STATE_KEY] = {**values, **(keyed or {})}
 
 
-def match(recorded: Mapping[str, Any], envs: Any, environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
-    """LOAD: sets each variable of :data:`PINNED` the user left unset (in ``environ``, default
-    os.environ) whose value here differs from SAVE's (``recorded``: the engine state's adapter
-    fields) to SAVE's, and names each of :data:`NAMED` that differs. Returns what it set. An
-    archive from before this record sets nothing."""
-    environ = os.environ if environ is None else environ
+def match(recorded: Mapping[str, Any], envs: Any) -> dict[str, str]:
+    """LOAD: {variable: SAVE's value} for each of :data:`PATHS` whose value here differs from the
+    one SAVE recorded (``recorded``: the engine state's adapter fields) and that vLLM's key hashes;
+    each is logged. Empty for an archive from before this record, or a vLLM that leaves them out."""
     saved = recorded.get(STATE_KEY)
     if not isinstance(saved, Mapping):
         return {}
@@ -57,23 +55,34 @@ def match(recorded: Mapping[str, Any], envs: Any, environ: MutableMapping[str, s
     if differ:
         hashed = _hashed(envs)  # only now: it evaluates every variable vLLM knows
         differ = {name: pair for name, pair in differ.items() if hashed is None or name in hashed}
-    changed: dict[str, str] = {}
     for name, (value, here) in differ.items():
-        if name in PINNED and name not in environ:
-            environ[name] = changed[name] = value
-            logger.info("foundry: %s=%s, as at SAVE (%s here): part of vLLM's compile-cache key, and read by nothing "
-                        "else on a GPU; the compiled model from the archive is found", name, value, here)
-        else:  # set by the user, or NAMED
-            logger.warning("foundry: %s is %s here and was %s at SAVE; vLLM's compile-cache key includes it, so vLLM "
-                           "compiles the model instead of using the archive's (set %s=%s to use it)", name, here,
-                           value, name, value)
-    return changed
+        logger.info("foundry: vLLM's compile-cache key takes SAVE's %s=%s (%s here): a host path no compiled code "
+                    "depends on; the compiled model from the archive is found, and vLLM still uses %s", name, value,
+                    here, here)
+    return {name: value for name, (value, _) in differ.items()}
+
+
+def keyed_as_at_save(keyed: Mapping[str, str]) -> Callable[[Callable[[], dict]], Callable[[], dict]]:
+    """The wrapper of vLLM's ``envs.compile_factors`` (seam ``compile.key_env_factors``) that
+    puts SAVE's values (``keyed``, from :func:`match`) in place of the factors it names."""
+    def wrap(original: Callable[[], dict]) -> Callable[[], dict]:
+        @functools.wraps(original)
+        def compile_factors() -> dict:
+            factors = original()
+            for name, value in keyed.items():
+                if name in factors:
+                    factors[name] = value
+            return factors
+
+        return compile_factors
+
+    return wrap
 
 
 def _differing(saved: Mapping[str, Any], envs: Any) -> dict[str, tuple[str, str]]:
     """{variable: (SAVE's value, this host's)} for each recorded one whose value here differs."""
     differ = {}
-    for name in (*PINNED, *NAMED):
+    for name in PATHS:
         value, here = saved.get(name), getattr(envs, name, None)
         if isinstance(value, str) and here is not None and value != str(here):
             differ[name] = (value, str(here))

@@ -27,7 +27,7 @@ from foundry_core.engine import options, worker
 from foundry_core.engine.host_caches import CacheTree
 from foundry_core.errors import InvalidArgumentError
 
-from vllm_foundry import compile_cache, compile_key
+from vllm_foundry import compile_cache, compile_key, patching
 from vllm_foundry.adapter import VllmAdapter
 from vllm_foundry.modes import instantiate_mode
 
@@ -87,9 +87,9 @@ class WorkerRuntime(worker.WorkerRuntime):
 
     def carry_caches_in(self) -> None:
         """The core's carrying, then the host paths in vLLM's compile-cache key (compile_key.py),
-        before vLLM computes the key at its first forward: matched to SAVE's at a LOAD whose
-        archive carries vLLM's compiled model, and recorded as in effect (a LOAD that falls back
-        saves with them)."""
+        before vLLM computes the key at its first forward: SAVE's in the key at a LOAD whose
+        archive carries vLLM's compiled model, and recorded as the key hashed them (a LOAD that
+        falls back saves with them)."""
         super().carry_caches_in()
         if not self.active:
             return
@@ -97,9 +97,17 @@ class WorkerRuntime(worker.WorkerRuntime):
             import vllm.envs as envs
         except ImportError:  # only outside a vLLM process
             return
+        keyed: dict[str, str] = {}
         if self.mode is Mode.LOAD and self.carried_in is not None and self.carried_in.paths(compile_cache.CACHE):
-            compile_key.match(self.recorded_adapter_state(), envs)
-        compile_key.record(self.adapter.state, envs)
+            keyed = compile_key.match(self.recorded_adapter_state(), envs)
+        if keyed:
+            try:
+                patching.install("compile.key_env_factors", compile_key.keyed_as_at_save(keyed))
+            except patching.SeamError as exc:
+                keyed = {}
+                logger.warning("foundry: vLLM compiles the model instead of using the archive's: its compile-cache "
+                               "key hashes this host's paths (%s)", exc)
+        compile_key.record(self.adapter.state, envs, keyed)
 
     def lazy_instantiation(self) -> bool:
         try:

@@ -59,13 +59,21 @@ SEAMS: tuple[Seam, ...] = (
     Seam("env.cache_root", "vllm.envs", "VLLM_CACHE_ROOT", "env",
          purpose="the root of vLLM's compile cache and model-info cache, whose files SAVE carries and LOAD puts back"),
     Seam("env.xla_cache_path", "vllm.envs", "VLLM_XLA_CACHE_PATH", "env", required=False,
-         purpose="a host path in vLLM's compile-cache key, set to SAVE's value at LOAD (compile_key.py); optional: "
+         purpose="a host path in vLLM's compile-cache key, hashed as at SAVE by a LOAD (compile_key.py); optional: "
                  "without it the key has no such path"),
     Seam("env.config_root", "vllm.envs", "VLLM_CONFIG_ROOT", "env", required=False,
-         purpose="a host path in vLLM's compile-cache key, named at LOAD when it differs from SAVE's (compile_key.py)"),
+         purpose="a host path in vLLM's compile-cache key, hashed as at SAVE by a LOAD (compile_key.py)"),
     Seam("compile.key_env_factors", "vllm.envs", "compile_factors", "function", required=False,
          purpose="the environment part of vLLM's compile-cache key, which hashes VLLM_XLA_CACHE_PATH and "
-                 "VLLM_CONFIG_ROOT (compile_key.py)"),
+                 "VLLM_CONFIG_ROOT; a LOAD wraps it to hash SAVE's values (compile_key.py)"),
+    Seam("compile.key_env_aot", "vllm.compilation.caching", "aot_compile_hash_factors", "function",
+         params=("vllm_config",), calls=("envs.compile_factors",), required=False,
+         purpose="the AOT artifact's key (torch_aot_compile/<hash>) hashes envs.compile_factors() through the "
+                 "module, where the wrapper of compile.key_env_factors reaches it"),
+    Seam("compile.key_env_dir", "vllm.compilation.backends", "VllmBackend.__call__", "method",
+         params=("self", "graph"), calls=("envs.compile_factors",), required=False,
+         purpose="the compile cache's directory key (torch_compile_cache/<hash>) hashes envs.compile_factors() "
+                 "through the module, where the wrapper of compile.key_env_factors reaches it"),
     Seam("compile.aot_load", "vllm.compilation.decorators", "_try_load_aot_compiled_fn", "function",
          params=("model", "aot_compilation_path"),
          purpose="vLLM loads the AOT artifact from torch_compile_cache/torch_aot_compile/<hash>/rank_<r>_<dp>/model"),
@@ -171,8 +179,10 @@ SEAMS: tuple[Seam, ...] = (
 
 TABLE = SeamTable(
     engine="vLLM", package="vllm", tested_versions=TESTED_VERSIONS, seams=SEAMS,
-    # These are only read or called (vLLM calls them from other modules), never wrapped.
-    read_only_modules=("vllm.plugins", "vllm.forward_context", "vllm.v1.worker.workspace", "vllm.envs"),
+    # Their functions are called through the module from other modules (or only read), never by
+    # bare name inside it: a replaced module attribute reaches every call.
+    read_only_modules=("vllm.plugins", "vllm.forward_context", "vllm.v1.worker.workspace", "vllm.envs",
+                       "vllm.compilation.caching"),
 )
 
 BY_NAME: dict[str, Seam] = TABLE.by_name
