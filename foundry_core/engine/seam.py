@@ -73,9 +73,10 @@ class SeamTable:
     - ``package``: its distribution and top-level package name ("vllm");
     - ``tested_versions``: the releases the seams were checked against (quoted in errors);
     - ``seams``: the seams; names must be unique;
-    - ``read_only_modules``: module prefixes whose functions the plugin only calls, or wraps where
-      the engine calls them through the module from other modules (``envs.compile_factors()``),
-      so the contract does not require their module to call them by bare name.
+    - ``read_only_modules``: module prefixes whose function seams the plugin only checks or
+      calls, or wraps where the engine calls them through the module from other modules
+      (``envs.compile_factors()``), so the contract does not require their module to call them
+      by bare name.
     """
 
     engine: str

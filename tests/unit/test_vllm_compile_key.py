@@ -39,55 +39,56 @@ def test_save_records_the_values_its_key_hashed():
     assert state[compile_key.STATE_KEY] == {"VLLM_XLA_CACHE_PATH": "/data/xla", "VLLM_CONFIG_ROOT": "/root/.config/vllm"}
 
 
+XLA = ("/root/.cache/vllm/xla_cache", "/data/cache/vllm/xla_cache")  # (SAVE's, this host's)
+CONFIG = ("/root/.config/vllm", "/home/u/.config/vllm")
+
+
 @pytest.mark.parametrize("here, expected", [
-    (_envs("/data/cache/vllm/xla_cache", "/root/.config/vllm"), {"VLLM_XLA_CACHE_PATH": "/root/.cache/vllm/xla_cache"}),
-    (_envs("/root/.cache/vllm/xla_cache", "/home/u/.config/vllm"), {"VLLM_CONFIG_ROOT": "/root/.config/vllm"}),
-    (_envs("/x/xla", "/home/u/.config/vllm"), {"VLLM_XLA_CACHE_PATH": "/root/.cache/vllm/xla_cache",
-                                               "VLLM_CONFIG_ROOT": "/root/.config/vllm"}),
+    (_envs(XLA[1], CONFIG[0]), {"VLLM_XLA_CACHE_PATH": XLA}),
+    (_envs(XLA[0], CONFIG[1]), {"VLLM_CONFIG_ROOT": CONFIG}),
+    (_envs(XLA[1], CONFIG[1]), {"VLLM_XLA_CACHE_PATH": XLA, "VLLM_CONFIG_ROOT": CONFIG}),
 ])
-def test_load_at_other_paths_takes_saves_values_for_the_key_only(monkeypatch, caplog, here, expected):
+def test_load_at_other_paths_finds_what_differs_and_changes_no_variable(monkeypatch, here, expected):
     monkeypatch.delenv("VLLM_XLA_CACHE_PATH", raising=False)
     monkeypatch.delenv("VLLM_CONFIG_ROOT", raising=False)
-    with caplog.at_level(logging.INFO, logger="foundry.vllm"):
-        assert compile_key.match(_recorded(), here) == expected
-    for name, value in expected.items():
-        assert f"takes SAVE's {name}={value} ({getattr(here, name)} here)" in caplog.text
+    assert compile_key.match(_recorded(), here) == expected
     assert "VLLM_XLA_CACHE_PATH" not in os.environ and "VLLM_CONFIG_ROOT" not in os.environ  # vLLM uses its own
 
 
-def test_the_same_paths_change_nothing(caplog):
+def test_the_log_names_saves_value_and_this_hosts(caplog):
     with caplog.at_level(logging.INFO, logger="foundry.vllm"):
-        assert compile_key.match(_recorded(), SAVED) == {}
-    assert caplog.text == ""
+        compile_key.say_keyed({"VLLM_CONFIG_ROOT": CONFIG})
+    assert f"takes SAVE's VLLM_CONFIG_ROOT={CONFIG[0]} ({CONFIG[1]} here)" in caplog.text
+
+
+def test_the_same_paths_change_nothing():
+    assert compile_key.match(_recorded(), SAVED) == {}
 
 
 def test_an_archive_without_the_record_changes_nothing():
     assert compile_key.match({"kv_cache_bytes": 1}, _envs("/x", "/y")) == {}
 
 
-def test_a_vllm_that_leaves_the_paths_out_of_its_key_changes_nothing(caplog):
-    envs = _envs("/data/cache/vllm/xla_cache", "/home/u/.config/vllm")
+def test_a_vllm_that_leaves_the_paths_out_of_its_key_changes_nothing():
+    envs = _envs(XLA[1], CONFIG[1])
     envs.compile_factors = lambda: {"VLLM_USE_AOT_COMPILE": "1"}  # vLLM 0.34 ignores both paths
-    with caplog.at_level(logging.INFO, logger="foundry.vllm"):
-        assert compile_key.match(_recorded(), envs) == {}
-    assert caplog.text == ""
+    assert compile_key.match(_recorded(), envs) == {}
 
 
 def test_a_vllm_that_hashes_one_of_them_is_matched_for_that_one():
-    envs = _envs("/data/cache/vllm/xla_cache", "/home/u/.config/vllm")
-    envs.compile_factors = lambda: {"VLLM_XLA_CACHE_PATH": "/data/cache/vllm/xla_cache", "VLLM_USE_AOT_COMPILE": "1"}
-    assert compile_key.match(_recorded(), envs) == {"VLLM_XLA_CACHE_PATH": "/root/.cache/vllm/xla_cache"}
+    envs = _envs(XLA[1], CONFIG[1])
+    envs.compile_factors = lambda: {"VLLM_XLA_CACHE_PATH": XLA[1], "VLLM_USE_AOT_COMPILE": "1"}
+    assert compile_key.match(_recorded(), envs) == {"VLLM_XLA_CACHE_PATH": XLA}
 
 
 def test_the_wrapped_factors_hash_saves_values_and_nothing_else():
     def compile_factors():
         return {"VLLM_XLA_CACHE_PATH": "/data/xla", "VLLM_USE_AOT_COMPILE": "1"}
 
-    wrapped = compile_key.keyed_as_at_save({"VLLM_XLA_CACHE_PATH": "/root/xla", "VLLM_CONFIG_ROOT": "/root/c"})(
-        compile_factors)
+    wrapped = compile_key.keyed_as_at_save({"VLLM_XLA_CACHE_PATH": ("/root/xla", "/data/xla"),
+                                            "VLLM_CONFIG_ROOT": ("/root/c", "/data/c")})(compile_factors)
     # A path the key does not hash stays out of it: the key is SAVE's, not a new one.
     assert wrapped() == {"VLLM_XLA_CACHE_PATH": "/root/xla", "VLLM_USE_AOT_COMPILE": "1"}
-    assert compile_factors() == {"VLLM_XLA_CACHE_PATH": "/data/xla", "VLLM_USE_AOT_COMPILE": "1"}
 
 
 # ---- the worker runtime: recorded at SAVE, matched at LOAD, before vLLM computes its key ------------------
@@ -102,14 +103,15 @@ class _Session:
         return self.state
 
 
-def _runtime(monkeypatch, mode, state=None, carried=("torch_aot_compile/h/rank_0_0/model",)):
+def _runtime(monkeypatch, mode, state=None, carried=("torch_compile_cache/torch_aot_compile/h/rank_0_0/model",)):
     """vllm-foundry's WorkerRuntime over a session in ``mode``; its core carrying replaced by an
     archive whose vLLM compile-cache tree holds ``carried``."""
     from foundry_core.engine import worker
     from vllm_foundry import compile_cache, runtime
 
     def carry_in(rt):
-        rt.carried_in = types.SimpleNamespace(paths=lambda cache: list(carried) if cache == compile_cache.CACHE else [])
+        rt.carried_in = types.SimpleNamespace(paths=lambda cache, prefix="": [
+            p for p in carried if p.startswith(prefix)] if cache == compile_cache.CACHE else [])
 
     monkeypatch.setattr(worker.WorkerRuntime, "carry_caches_in", carry_in)
     return runtime.WorkerRuntime(_Session(mode, state), types.SimpleNamespace(state={}))
@@ -135,7 +137,11 @@ def unwrapped():
     patching.uninstall_all()
 
 
-@pytest.mark.parametrize("carried, keyed", [(("torch_aot_compile/h/rank_0_0/model",), True), ((), False)])
+@pytest.mark.parametrize("carried, keyed", [
+    (("torch_compile_cache/torch_aot_compile/h/rank_0_0/model", "modelinfos/m.json"), True),
+    (("modelinfos/m.json",), False),  # the model-class inspection alone: no compiled model to find
+    ((), False),
+])
 def test_a_save_then_a_load_at_other_paths_hashes_saves_key(monkeypatch, unwrapped, carried, keyed):
     from foundry_core.engine import Mode
 
@@ -166,10 +172,12 @@ def test_a_vllm_without_the_factors_seam_compiles_and_says_so(monkeypatch, unwra
 
     _vllm_envs(monkeypatch, _envs("/data/cache/vllm/xla_cache", "/root/.config/vllm"))  # no compile_factors
     load = _runtime(monkeypatch, Mode.LOAD, types.SimpleNamespace(adapter=_recorded()))
-    with caplog.at_level(logging.WARNING, logger="foundry.vllm"):
+    with caplog.at_level(logging.INFO, logger="foundry.vllm"):
         load.carry_caches_in()
     assert "vLLM compiles the model instead of using the archive's" in caplog.text
-    assert "compile.key_env_factors" in caplog.text
+    assert "VLLM_XLA_CACHE_PATH is /data/cache/vllm/xla_cache here" in caplog.text
+    assert "start with VLLM_XLA_CACHE_PATH=/root/.cache/vllm/xla_cache to use it" in caplog.text
+    assert "takes SAVE's" not in caplog.text
     assert load.adapter.state[compile_key.STATE_KEY]["VLLM_XLA_CACHE_PATH"] == "/data/cache/vllm/xla_cache"
 
 

@@ -1,10 +1,10 @@
 """The host paths in vLLM's compile-cache key, taken as at SAVE when a LOAD computes that key.
 
-vLLM 0.25 keys its compile cache (``torch_compile_cache/<hash>`` and
-``torch_compile_cache/torch_aot_compile/<hash>``, which the archive carries: compile_cache.py) on
-every vLLM environment variable it knows except those it lists as ignored (``vllm/envs.py``
-``compile_factors``). Two of the hashed ones are paths that, when unset, vLLM derives from the
-host's directories, and that no compiled code depends on:
+vLLM 0.25 names its compiled model's directory (``torch_compile_cache/torch_aot_compile/<hash>``,
+which the archive carries: compile_cache.py) by a key over every vLLM environment variable it
+knows except those it lists as ignored (``vllm/envs.py`` ``compile_factors``). Two of the hashed
+ones are paths that, when unset, vLLM derives from the host's directories, and that no compiled
+code depends on:
 
 - ``VLLM_XLA_CACHE_PATH``: ``$XDG_CACHE_HOME/vllm/xla_cache`` (default ``~/.cache``). Nothing
   else in vLLM 0.25 reads it on a GPU; it was the TPU backend's cache.
@@ -17,8 +17,9 @@ shapes on an H100, every start on empty caches at new paths). SAVE records the v
 hashed (:func:`record`, in the engine state). A LOAD whose archive carries vLLM's compiled model
 finds the recorded values that differ here (:func:`match`) and wraps ``compile_factors`` so that
 the key hashes SAVE's values for them (:func:`keyed_as_at_save`). The environment is not changed:
-vLLM keeps its statistics, and reads everything else, at this host's paths. Newer vLLM releases
-(0.34) leave both out of the key; then nothing is done.
+vLLM keeps its statistics, and reads everything else, at this host's paths; only the factors vLLM
+writes beside its compiled pieces (``cache_key_factors.json``, never read back) show SAVE's.
+Newer vLLM releases (0.34) leave both out of the key; then nothing is done.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 logger = logging.getLogger("foundry.vllm")
 
-__all__ = ["STATE_KEY", "PATHS", "record", "match", "keyed_as_at_save"]
+__all__ = ["STATE_KEY", "PATHS", "record", "match", "keyed_as_at_save", "say_keyed", "say_compiles"]
 
 STATE_KEY = "compile_key_paths"  # in the engine state's adapter fields
 PATHS = ("VLLM_XLA_CACHE_PATH", "VLLM_CONFIG_ROOT")  # hashed by vLLM 0.25, read by no compiled code
@@ -44,10 +45,10 @@ def record(state: MutableMapping[str, Any], envs: Any, keyed: Mapping[str, str] 
     state[STATE_KEY] = {**values, **(keyed or {})}
 
 
-def match(recorded: Mapping[str, Any], envs: Any) -> dict[str, str]:
-    """LOAD: {variable: SAVE's value} for each of :data:`PATHS` whose value here differs from the
-    one SAVE recorded (``recorded``: the engine state's adapter fields) and that vLLM's key hashes;
-    each is logged. Empty for an archive from before this record, or a vLLM that leaves them out."""
+def match(recorded: Mapping[str, Any], envs: Any) -> dict[str, tuple[str, str]]:
+    """LOAD: {variable: (SAVE's value, this host's)} for each of :data:`PATHS` whose value here
+    differs from the one SAVE recorded (``recorded``: the engine state's adapter fields) and that
+    vLLM's key hashes. Empty for an archive from before this record, or a vLLM that leaves them out."""
     saved = recorded.get(STATE_KEY)
     if not isinstance(saved, Mapping):
         return {}
@@ -55,16 +56,14 @@ def match(recorded: Mapping[str, Any], envs: Any) -> dict[str, str]:
     if differ:
         hashed = _hashed(envs)  # only now: it evaluates every variable vLLM knows
         differ = {name: pair for name, pair in differ.items() if hashed is None or name in hashed}
-    for name, (value, here) in differ.items():
-        logger.info("foundry: vLLM's compile-cache key takes SAVE's %s=%s (%s here): a host path no compiled code "
-                    "depends on; the compiled model from the archive is found, and vLLM still uses %s", name, value,
-                    here, here)
-    return {name: value for name, (value, _) in differ.items()}
+    return differ
 
 
-def keyed_as_at_save(keyed: Mapping[str, str]) -> Callable[[Callable[[], dict]], Callable[[], dict]]:
+def keyed_as_at_save(differ: Mapping[str, tuple[str, str]]) -> Callable[[Callable[[], dict]], Callable[[], dict]]:
     """The wrapper of vLLM's ``envs.compile_factors`` (seam ``compile.key_env_factors``) that
-    puts SAVE's values (``keyed``, from :func:`match`) in place of the factors it names."""
+    puts SAVE's values (from :func:`match`) in place of the factors it names."""
+    keyed = {name: value for name, (value, _) in differ.items()}
+
     def wrap(original: Callable[[], dict]) -> Callable[[], dict]:
         @functools.wraps(original)
         def compile_factors() -> dict:
@@ -77,6 +76,23 @@ def keyed_as_at_save(keyed: Mapping[str, str]) -> Callable[[Callable[[], dict]],
         return compile_factors
 
     return wrap
+
+
+def say_keyed(differ: Mapping[str, tuple[str, str]]) -> None:
+    """Logs each variable the key now hashes with SAVE's value."""
+    for name, (value, here) in differ.items():
+        logger.info("foundry: vLLM's compile-cache key takes SAVE's %s=%s (%s here): a host path no compiled code "
+                    "depends on; the compiled model from the archive is found, and vLLM still uses %s", name, value,
+                    here, here)
+
+
+def say_compiles(differ: Mapping[str, tuple[str, str]], why: str) -> None:
+    """Logs that vLLM compiles because its key could not take SAVE's values (``why``), and how
+    a user makes the keys match."""
+    settings = " ".join(f"{name}={value}" for name, (value, _) in differ.items())
+    here = ", ".join(f"{name} is {here} here" for name, (_, here) in differ.items())
+    logger.warning("foundry: vLLM compiles the model instead of using the archive's: its compile-cache key hashes "
+                   "host paths that differ from SAVE's (%s) and %s; start with %s to use it", here, why, settings)
 
 
 def _differing(saved: Mapping[str, Any], envs: Any) -> dict[str, tuple[str, str]]:

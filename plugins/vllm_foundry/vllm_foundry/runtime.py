@@ -97,17 +97,20 @@ class WorkerRuntime(worker.WorkerRuntime):
             import vllm.envs as envs
         except ImportError:  # only outside a vLLM process
             return
-        keyed: dict[str, str] = {}
-        if self.mode is Mode.LOAD and self.carried_in is not None and self.carried_in.paths(compile_cache.CACHE):
-            keyed = compile_key.match(self.recorded_adapter_state(), envs)
-        if keyed:
+        differ: dict[str, tuple[str, str]] = {}
+        aot = f"{compile_cache.COMPILE_DIR}/{compile_cache.AOT_DIR}"  # the compiled model, not only model infos
+        if self.mode is Mode.LOAD and self.carried_in is not None and self.carried_in.paths(compile_cache.CACHE, aot):
+            differ = compile_key.match(self.recorded_adapter_state(), envs)
+        if differ:
+            # One worker per process: the wrapper is installed once, with this runtime's values.
             try:
-                patching.install("compile.key_env_factors", compile_key.keyed_as_at_save(keyed))
-            except patching.SeamError as exc:
-                keyed = {}
-                logger.warning("foundry: vLLM compiles the model instead of using the archive's: its compile-cache "
-                               "key hashes this host's paths (%s)", exc)
-        compile_key.record(self.adapter.state, envs, keyed)
+                patching.install("compile.key_env_factors", compile_key.keyed_as_at_save(differ))
+            except patching.SeamError:
+                compile_key.say_compiles(differ, "vLLM's envs.compile_factors could not be wrapped")
+                differ = {}
+            else:
+                compile_key.say_keyed(differ)
+        compile_key.record(self.adapter.state, envs, {name: value for name, (value, _) in differ.items()})
 
     def lazy_instantiation(self) -> bool:
         try:

@@ -179,8 +179,8 @@ SEAMS: tuple[Seam, ...] = (
 
 TABLE = SeamTable(
     engine="vLLM", package="vllm", tested_versions=TESTED_VERSIONS, seams=SEAMS,
-    # Their functions are called through the module from other modules (or only read), never by
-    # bare name inside it: a replaced module attribute reaches every call.
+    # Their seams are only checked or called, never wrapped, or (vllm.envs) vLLM calls the wrapped
+    # function through the module from other modules: no bare-name call inside the module is needed.
     read_only_modules=("vllm.plugins", "vllm.forward_context", "vllm.v1.worker.workspace", "vllm.envs",
                        "vllm.compilation.caching"),
 )
