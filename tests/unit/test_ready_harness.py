@@ -30,8 +30,8 @@ def flag(name, default=None):
 model, port = args[0], int(flag("--port"))
 archive, mode = flag("--foundry-archive"), flag("--foundry-mode")
 delay = float(flag("--delay", "0.2"))
-if "--ignore-sigint" in args:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+# Its own handler, as uvicorn installs one: a harness started in the background passes SIGINT ignored.
+signal.signal(signal.SIGINT, signal.SIG_IGN if "--ignore-sigint" in args else signal.default_int_handler)
 pids_dir = os.environ.get("FAKE_PIDS_DIR")
 if pids_dir:
     open(os.path.join(pids_dir, str(os.getpid())), "w").close()
