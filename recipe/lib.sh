@@ -133,3 +133,15 @@ with open(path, "r+b") as f:
     f.write(bytes([b[0] ^ 0xFF]))
 EOF
 }
+
+# byte_compile LOG DIR...: writes the bytecode of Foundry's editable sources DIR..., as a wheel
+# install does (where PYTHONDONTWRITEBYTECODE is set every start would otherwise compile them at
+# import), its output to LOG; prints one line that says what happened.
+byte_compile() {
+  local log=$1; shift
+  if "$PYTHON" -m compileall -q -j 0 "$@" >> "$log" 2>&1; then
+    echo "  PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset}; Foundry's sources byte-compiled"
+  else
+    echo "  byte-compiling Foundry's sources failed (see $(basename "$log")): starts compile them at import"
+  fi
+}

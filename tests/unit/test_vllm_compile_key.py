@@ -35,7 +35,8 @@ def test_save_records_the_paths_vllm_hashes():
 def test_save_records_the_values_its_key_hashed():
     # A LOAD that took SAVE's values and then fell back to SAVE compiled under those.
     state: dict = {}
-    compile_key.record(state, _envs("/data/xla", "/home/u/.config/vllm"), {"VLLM_CONFIG_ROOT": "/root/.config/vllm"})
+    compile_key.record(state, _envs("/data/xla", "/home/u/.config/vllm"),
+                       {"VLLM_CONFIG_ROOT": ("/root/.config/vllm", "/home/u/.config/vllm")})
     assert state[compile_key.STATE_KEY] == {"VLLM_XLA_CACHE_PATH": "/data/xla", "VLLM_CONFIG_ROOT": "/root/.config/vllm"}
 
 

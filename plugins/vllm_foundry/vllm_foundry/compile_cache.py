@@ -11,8 +11,8 @@ back under its own ``VLLM_CACHE_ROOT`` on a thread from when the worker starts (
 meanwhile; vLLM's first forward, which looks for the artifact, waits for it: worker_patches.py),
 one hash directory at a time, the ``model`` files last. The hash is vLLM's own cache key (its
 version, the model config, torch, Inductor's settings, its environment variables), so a LOAD that
-passes the archive's fingerprint finds the directory under the same name once the two host paths
-among those variables match SAVE's (compile_key.py).
+passes the archive's fingerprint finds the directory under the same name once the key hashes SAVE's
+values of the two host paths among those variables (compile_key.py).
 
 vLLM's cache of compiled pieces (``torch_compile_cache/<hash>``, used without AOT compile) is not
 carried: its index names its files by absolute paths of the host that wrote it, and

@@ -37,12 +37,13 @@ STATE_KEY = "compile_key_paths"  # in the engine state's adapter fields
 PATHS = ("VLLM_XLA_CACHE_PATH", "VLLM_CONFIG_ROOT")  # hashed by vLLM 0.25, read by no compiled code
 
 
-def record(state: MutableMapping[str, Any], envs: Any, keyed: Mapping[str, str] | None = None) -> None:
+def record(state: MutableMapping[str, Any], envs: Any,
+           keyed: Mapping[str, tuple[str, str]] | None = None) -> None:
     """SAVE: the values of :data:`PATHS` this process's key hashed, into the adapter's ``state``:
-    vLLM's ``envs``, or ``keyed`` (:func:`match`'s answer) where this process took SAVE's values
-    (a LOAD that fell back to SAVE keeps the key it compiled under)."""
+    vLLM's ``envs``, or SAVE's where this process's key took them (``keyed``: :func:`match`'s
+    answer; a LOAD that fell back to SAVE keeps the key it compiled under)."""
     values = {name: str(value) for name in PATHS if (value := getattr(envs, name, None)) is not None}
-    state[STATE_KEY] = {**values, **(keyed or {})}
+    state[STATE_KEY] = {**values, **_saved_values(keyed or {})}
 
 
 def match(recorded: Mapping[str, Any], envs: Any) -> dict[str, tuple[str, str]]:
@@ -62,7 +63,7 @@ def match(recorded: Mapping[str, Any], envs: Any) -> dict[str, tuple[str, str]]:
 def keyed_as_at_save(differ: Mapping[str, tuple[str, str]]) -> Callable[[Callable[[], dict]], Callable[[], dict]]:
     """The wrapper of vLLM's ``envs.compile_factors`` (seam ``compile.key_env_factors``) that
     puts SAVE's values (from :func:`match`) in place of the factors it names."""
-    keyed = {name: value for name, (value, _) in differ.items()}
+    keyed = _saved_values(differ)
 
     def wrap(original: Callable[[], dict]) -> Callable[[], dict]:
         @functools.wraps(original)
@@ -93,6 +94,10 @@ def say_compiles(differ: Mapping[str, tuple[str, str]], why: str) -> None:
     here = ", ".join(f"{name} is {here} here" for name, (_, here) in differ.items())
     logger.warning("foundry: vLLM compiles the model instead of using the archive's: its compile-cache key hashes "
                    "host paths that differ from SAVE's (%s) and %s; start with %s to use it", here, why, settings)
+
+
+def _saved_values(differ: Mapping[str, tuple[str, str]]) -> dict[str, str]:
+    return {name: value for name, (value, _) in differ.items()}
 
 
 def _differing(saved: Mapping[str, Any], envs: Any) -> dict[str, tuple[str, str]]:

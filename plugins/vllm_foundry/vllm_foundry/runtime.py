@@ -110,7 +110,7 @@ class WorkerRuntime(worker.WorkerRuntime):
                 differ = {}
             else:
                 compile_key.say_keyed(differ)
-        compile_key.record(self.adapter.state, envs, {name: value for name, (value, _) in differ.items()})
+        compile_key.record(self.adapter.state, envs, differ)
 
     def lazy_instantiation(self) -> bool:
         try:
