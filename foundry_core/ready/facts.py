@@ -11,6 +11,12 @@ from pathlib import Path
 from foundry_core import __version__
 
 _VERSION_OF = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
+# The distribution's modules, those with bytecode for this Python, and whether it writes none.
+_BYTECODE_OF = """
+import importlib.metadata as m, importlib.util as u, os, sys
+files = [f for f in m.distribution(sys.argv[1]).files or [] if f.suffix == ".py"]
+print(len(files), sum(os.path.exists(u.cache_from_source(str(f.locate()))) for f in files), int(sys.dont_write_bytecode))
+"""
 
 
 def _run(argv: list[str], cwd: Path | None = None) -> str | None:
@@ -24,6 +30,28 @@ def _run(argv: list[str], cwd: Path | None = None) -> str | None:
 def engine_version(python: str, distribution: str) -> str | None:
     """The installed version of ``distribution`` as ``python`` sees it (no engine import)."""
     return _run([python, "-c", _VERSION_OF, distribution])
+
+
+def engine_bytecode(python: str, distribution: str) -> dict | None:
+    """How many of ``distribution``'s modules have bytecode for ``python``, and whether ``python``
+    writes none (``PYTHONDONTWRITEBYTECODE``): both together mean every process of every start
+    compiles them again at import, which a default pip install (it writes the bytecode) spares."""
+    out = _run([python, "-c", _BYTECODE_OF, distribution])
+    try:
+        modules, cached, dont_write = (int(n) for n in (out or "").split())
+    except ValueError:
+        return None
+    return {"modules": modules, "with_bytecode": cached, "dont_write_bytecode": bool(dont_write)}
+
+
+def bytecode_missing(fact: dict | None, engine: str) -> str | None:
+    """A warning when most of the engine's modules have no bytecode and none is written (see
+    :func:`engine_bytecode`): such starts are slower than a pip-installed engine's; else None."""
+    if not fact or not fact.get("dont_write_bytecode") or fact["with_bytecode"] * 2 >= fact["modules"]:
+        return None
+    return (f"{engine}: {fact['with_bytecode']} of {fact['modules']} modules have bytecode and "
+            "PYTHONDONTWRITEBYTECODE is set, so every process of every start compiles them at import, "
+            "which a default pip install does not (`python -m compileall` on the engine's packages writes it)")
 
 
 def gpu() -> dict | None:
@@ -63,6 +91,7 @@ def git_commit(package_dir: Path | None = None) -> str | None:
 def collect(python: str, distribution: str) -> dict:
     return {
         "engine_version": engine_version(python, distribution),
+        "engine_bytecode": engine_bytecode(python, distribution),
         "gpu": gpu(),
         "foundry_core_version": __version__,
         "git_commit": git_commit(),

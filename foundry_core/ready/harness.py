@@ -116,6 +116,8 @@ class Run:
             "environment": facts.collect(o.spec.python, self.engine.distribution),
             "starts": [], "summary": {},
         }
+        if warning := facts.bytecode_missing(self.result["environment"]["engine_bytecode"], self.engine.name):
+            logger.warning("%s", warning)
         try:
             for index, step in enumerate(steps, 1):
                 record = self._start(index, len(steps), step, work)

@@ -16,6 +16,7 @@ from pathlib import Path
 from rich.table import Table
 
 from foundry_core.ready.engines import PHASE_LABELS, PHASES
+from foundry_core.ready.facts import bytecode_missing
 from foundry_core.ready.stats import Spread, spread
 
 FORMAT = "foundry-ready"
@@ -238,7 +239,8 @@ def print_result(result: dict, console) -> None:
     for extra in (durations_table(result), critical_table(result), *cold_caches_tables(result)):
         if extra is not None:
             console.print(extra)
-    for line in (*compiled(result), *not_carried(result)):
+    bytecode = bytecode_missing((result.get("environment") or {}).get("engine_bytecode"), result["engine"])
+    for line in (*compiled(result), *not_carried(result), *([bytecode] if bytecode else [])):
         console.print(f"[yellow]{line}[/yellow]")
     for line in failures(result):
         console.print(f"[yellow]{line}[/yellow]")
