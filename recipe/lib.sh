@@ -134,14 +134,16 @@ with open(path, "r+b") as f:
 EOF
 }
 
-# byte_compile LOG DIR...: writes the bytecode of Foundry's editable sources DIR..., as a wheel
-# install does (where PYTHONDONTWRITEBYTECODE is set every start would otherwise compile them at
-# import), its output to LOG; prints one line that says what happened.
+# byte_compile LOG NAME DIR...: writes the bytecode of the Python sources under DIR..., as pip
+# install does by default. The engine packs install with --no-compile and Foundry's sources are
+# editable installs; where PYTHONDONTWRITEBYTECODE is set, every process of every start would
+# compile them again at import, which a user's pip-installed engine does not. Output to LOG;
+# prints one line naming NAME.
 byte_compile() {
-  local log=$1; shift
+  local log=$1 name=$2 t0=$SECONDS; shift 2
   if "$PYTHON" -m compileall -q -j 0 "$@" >> "$log" 2>&1; then
-    echo "  PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset}; Foundry's sources byte-compiled"
+    echo "  $name byte-compiled in $((SECONDS - t0)) s (PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset})"
   else
-    echo "  byte-compiling Foundry's sources failed (see $(basename "$log")): starts compile them at import"
+    echo "  byte-compiling $name: some files failed (see $(basename "$log")); starts compile those at import"
   fi
 }
