@@ -1,5 +1,6 @@
-"""What a result needs to be read later: the engine's version, the GPU, Foundry's version and
-commit, the host. Each fact that cannot be found is None, never a guess."""
+"""What a result needs to be read later: the engine's version and whether its modules have
+bytecode, the GPU, Foundry's version and commit, the host. Each fact that cannot be found is None,
+never a guess."""
 
 from __future__ import annotations
 
