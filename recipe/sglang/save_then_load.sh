@@ -28,7 +28,10 @@
 #      (a request of 65 tokens - one of 1 token) / 64, so the prefill and HTTP cost cancel;
 #      TPOT_REPS (3): repetitions of that measurement (and of TTFT's); TTFT: prompt lengths in
 #      tokens to time the first token at (e.g. 60,900,1700: the median of TPOT_REPS requests of
-#      one output token, each prompt new to the prefix cache); TTFT_SETTLE: seconds after which
+#      one output token, each prompt new to the prefix cache, each sent TTFT_GAP (0.1) s after the
+#      previous answer: SGLang 0.5.17's overlap loop launches one more decode step of a request
+#      before it sends that request's answer, and waits for that step before it reads the next
+#      request, so a request sent at once may wait for it); TTFT_SETTLE: seconds after which
 #      TTFT is timed again (new prompts of the same lengths), as ttft_settled_ms (the schedulers'
 #      minor page faults per TTFT request, medians: ttft_faults, ttft_settled_faults); REPEAT (1):
 #      after the checks, REPEAT-1 more pairs of an unmodified start (baseline-N, with BASELINE=1) and a LOAD start
@@ -186,6 +189,7 @@ def ttft_samples_ms(n, first=0, faults=None):
     # serves a prefill. `faults` gets each request's scheduler page faults.
     def timed(r):
         prompt = [20000 + 50 * n + first + r] + [(7 * i) % 997 + 100 for i in range(n - 1)]
+        time.sleep(ttft_gap)  # the scheduler idle, as for a user's lone request
         before = scheduler_faults()
         start = time.perf_counter()
         generate([prompt], 1, key="input_ids")
@@ -206,10 +210,11 @@ def ttft_run(first=0):
 
 samples = {str(b): tpot_samples_ms(b) for b in tpot_batches}
 tpot = {b: statistics.median(s) for b, s in samples.items()}
+ttft_gap = float(os.environ.get("TTFT_GAP") or 0.1)
 ttft_samples, ttft_faults = ttft_run()
 ttft = {n: statistics.median(s) for n, s in ttft_samples.items()}
 result = {"ready_s": ready, "tokens": ids, "logprobs": logprobs, "tpot_ms": tpot, "tpot_samples_ms": samples,
-          "ttft_ms": ttft, "ttft_samples_ms": ttft_samples, "ttft_faults": ttft_faults}
+          "ttft_ms": ttft, "ttft_samples_ms": ttft_samples, "ttft_faults": ttft_faults, "ttft_gap_s": ttft_gap}
 settle = float(os.environ.get("TTFT_SETTLE") or 0)
 if ttft_lengths and settle > 0:  # the same requests again once the server has served a while
     time.sleep(settle)
