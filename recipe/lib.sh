@@ -135,15 +135,29 @@ EOF
 }
 
 # byte_compile LOG NAME DIR...: writes the bytecode of the Python sources under DIR..., as pip
-# install does by default. The engine packs install with --no-compile and Foundry's sources are
-# editable installs; where PYTHONDONTWRITEBYTECODE is set, every process of every start would
-# compile them again at import, which a user's pip-installed engine does not. Output to LOG;
-# prints one line naming NAME.
+# install does by default (up-to-date bytecode is kept). Where PYTHONDONTWRITEBYTECODE is set,
+# sources without it are compiled again by every process of every start, which a user's
+# pip-installed engine does not do. Output to LOG; prints one line naming NAME.
 byte_compile() {
-  local log=$1 name=$2 t0=$SECONDS; shift 2
-  if "$PYTHON" -m compileall -q -j 0 "$@" >> "$log" 2>&1; then
-    echo "  $name byte-compiled in $((SECONDS - t0)) s (PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset})"
-  else
-    echo "  byte-compiling $name: some files failed (see $(basename "$log")); starts compile those at import"
+  local log=$1 name=$2 t0=$SECONDS first rc=0 failed note=""; shift 2
+  first=$(( $(cat "$log" 2>/dev/null | wc -l) + 1 ))
+  "$PYTHON" -m compileall -q -j 0 "$@" >> "$log" 2>&1 || rc=$?
+  failed=$(tail -n +"$first" "$log" | grep -c '^\*\*\* Error compiling' || true)
+  if [ "$rc" != 0 ] && [ "$failed" = 0 ]; then
+    echo "  byte-compiling $name failed (rc $rc, see $(basename "$log"))"; return
   fi
+  [ "$failed" = 0 ] || note="; $failed file(s) not valid for this Python, so never imported by it (see $(basename "$log"))"
+  echo "  $name byte-compiled in $((SECONDS - t0)) s (PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset})$note"
+}
+
+# byte_compile_starts LOG ENGINE SITE PLUGIN: byte_compile for what a start imports: the engine's
+# pack at SITE, the site directory of this Python's torch (with the image's other packages), and
+# Foundry's sources with the engine's plugin package PLUGIN.
+byte_compile_starts() {
+  local log=$1 engine=$2 site=$3 plugin=$4 torch_site
+  byte_compile "$log" "the $engine pack ($site)" "$site"
+  torch_site=$("$PYTHON" -c 'import importlib.util as u, os
+print(os.path.dirname(list(u.find_spec("torch").submodule_search_locations)[0]))') \
+    && byte_compile "$log" "torch's site ($torch_site)" "$torch_site"
+  byte_compile "$log" "Foundry's sources" foundry_core "$plugin"
 }

@@ -7,16 +7,32 @@ from __future__ import annotations
 import platform
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from foundry_core import __version__
 
 _VERSION_OF = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
-# The distribution's modules, those with bytecode for this Python, and whether it writes none.
+# Per site directory holding one of the named packages: its modules and those with bytecode for
+# this Python; then whether this Python writes none. find_spec imports none of the packages.
 _BYTECODE_OF = """
-import importlib.metadata as m, importlib.util as u, os, sys
-files = [f for f in m.distribution(sys.argv[1]).files or [] if f.suffix == ".py"]
-print(len(files), sum(os.path.exists(u.cache_from_source(str(f.locate()))) for f in files), int(sys.dont_write_bytecode))
+import importlib.util as u, os, sys
+sites = []
+for name in sys.argv[1:]:
+    spec = u.find_spec(name)
+    if spec and spec.submodule_search_locations:
+        site = os.path.dirname(list(spec.submodule_search_locations)[0])
+        sites += [site] if site not in sites else []
+for site in sites:
+    modules = cached = 0
+    for root, dirs, files in os.walk(site):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for f in files:
+            if f.endswith(".py"):
+                modules += 1
+                cached += os.path.exists(u.cache_from_source(os.path.join(root, f)))
+    print(modules, cached, site)
+print(int(sys.dont_write_bytecode))
 """
 
 
@@ -33,26 +49,30 @@ def engine_version(python: str, distribution: str) -> str | None:
     return _run([python, "-c", _VERSION_OF, distribution])
 
 
-def engine_bytecode(python: str, distribution: str) -> dict | None:
-    """How many of ``distribution``'s modules have bytecode for ``python``, and whether ``python``
-    writes none (``PYTHONDONTWRITEBYTECODE``): both together mean every process of every start
-    compiles them again at import, which a default pip install (it writes the bytecode) spares."""
-    out = _run([python, "-c", _BYTECODE_OF, distribution])
+def engine_bytecode(python: str, packages: Sequence[str]) -> dict | None:
+    """For each site directory that holds one of ``packages`` (the engine's, torch's), how many of
+    its modules have bytecode for ``python``; and whether ``python`` writes none
+    (``PYTHONDONTWRITEBYTECODE`` or ``-B``). Modules without bytecode where none is written are
+    compiled again at import by every process of every start; a default pip install writes it."""
+    out = _run([python, "-c", _BYTECODE_OF, *packages])
+    lines = (out or "").splitlines()
     try:
-        modules, cached, dont_write = (int(n) for n in (out or "").split())
-    except ValueError:
+        sites = [{"site": site, "modules": int(modules), "with_bytecode": int(cached)}
+                 for modules, cached, site in (line.split(" ", 2) for line in lines[:-1])]
+        return {"sites": sites, "dont_write_bytecode": bool(int(lines[-1]))}
+    except (IndexError, ValueError):
         return None
-    return {"modules": modules, "with_bytecode": cached, "dont_write_bytecode": bool(dont_write)}
 
 
-def bytecode_missing(fact: dict | None, engine: str) -> str | None:
-    """A warning when most of the engine's modules have no bytecode and none is written (see
-    :func:`engine_bytecode`): such starts are slower than a pip-installed engine's; else None."""
-    if not fact or not fact.get("dont_write_bytecode") or fact["with_bytecode"] * 2 >= fact["modules"]:
-        return None
-    return (f"{engine}: {fact['with_bytecode']} of {fact['modules']} modules have bytecode and "
-            "PYTHONDONTWRITEBYTECODE is set, so every process of every start compiles them at import, "
-            "which a default pip install does not (`python -m compileall` on the engine's packages writes it)")
+def bytecode_missing(fact: dict | None, engine: str) -> list[str]:
+    """A warning per site directory of :func:`engine_bytecode` where most modules have no bytecode
+    and none is written: its starts import those modules slower than from a pip install."""
+    if not fact or not fact.get("dont_write_bytecode"):
+        return []
+    return [f"{engine}: {site['with_bytecode']} of {site['modules']} modules in {site['site']} have bytecode and "
+            "none is written (PYTHONDONTWRITEBYTECODE or -B): every process compiles those it imports, at every "
+            f"start; `python -m compileall -q -j 0 {site['site']}` writes it, as a pip install does"
+            for site in fact.get("sites") or () if site["with_bytecode"] * 2 < site["modules"]]
 
 
 def gpu() -> dict | None:
@@ -92,7 +112,7 @@ def git_commit(package_dir: Path | None = None) -> str | None:
 def collect(python: str, distribution: str) -> dict:
     return {
         "engine_version": engine_version(python, distribution),
-        "engine_bytecode": engine_bytecode(python, distribution),
+        "engine_bytecode": engine_bytecode(python, (distribution.replace("-", "_"), "torch")),
         "gpu": gpu(),
         "foundry_core_version": __version__,
         "git_commit": git_commit(),

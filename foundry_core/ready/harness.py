@@ -116,7 +116,7 @@ class Run:
             "environment": facts.collect(o.spec.python, self.engine.distribution),
             "starts": [], "summary": {},
         }
-        if warning := facts.bytecode_missing(self.result["environment"]["engine_bytecode"], self.engine.name):
+        for warning in facts.bytecode_missing(self.result["environment"]["engine_bytecode"], self.engine.name):
             logger.warning("%s", warning)
         try:
             for index, step in enumerate(steps, 1):

@@ -240,7 +240,7 @@ def print_result(result: dict, console) -> None:
         if extra is not None:
             console.print(extra)
     bytecode = bytecode_missing((result.get("environment") or {}).get("engine_bytecode"), result["engine"])
-    for line in (*compiled(result), *not_carried(result), *([bytecode] if bytecode else [])):
+    for line in (*compiled(result), *not_carried(result), *bytecode):
         console.print(f"[yellow]{line}[/yellow]")
     for line in failures(result):
         console.print(f"[yellow]{line}[/yellow]")

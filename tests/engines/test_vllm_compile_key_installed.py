@@ -2,7 +2,7 @@
 code, no GPU needed (marker ``engine``; skipped without vLLM).
 
 Each case runs vLLM's ``aot_compile_hash_factors`` (the key of ``torch_aot_compile/<hash>``) and
-the environment hash ``VllmBackend.__call__`` takes (``torch_compile_cache/<hash>``) in a fresh
+computes the environment hash as ``VllmBackend.__call__`` does (``torch_compile_cache/<hash>``) in a fresh
 Python: once as SAVE ran (its home and caches), once as a LOAD on a host whose home and cache
 directories lie elsewhere, with and without the wrapper a LOAD installs. vLLM's config part of the
 key is held equal, so only the environment's factors can differ."""
@@ -88,4 +88,3 @@ def test_the_same_paths_need_no_wrapper(tmp_path, saved):
 def test_a_path_set_by_the_user_at_load_is_taken_as_at_save_too(tmp_path, saved):
     load = _key(tmp_path, str(tmp_path / "new-home"), saved["state"], VLLM_CONFIG_ROOT=str(tmp_path / "mine"))
     assert "VLLM_CONFIG_ROOT" in load["differ"] and load["aot"] == saved["aot"]
-
