@@ -32,6 +32,11 @@ collections over SGLang's imports took 1.6 s of them and found a few hundred obj
 main process, from the early start to the engine's first launch (:mod:`.main_gc`).
 ``FOUNDRY_FORK_GC_FREEZE=0`` (or false, no, off) turns all three off.
 
+The child's first write to each page it inherited costs a page fault and a copy, which a spawned
+child, whose heap is its own, never pays: its early requests would. So the child has the kernel copy
+those pages on a thread while it starts the engine (:mod:`.private_heap`;
+``FOUNDRY_FORK_PRIVATE_HEAP=0`` leaves them shared until written).
+
 Spawn is kept, with the reason logged once, wherever a fork would not be the same child
 (:func:`spawn_reason`):
 
@@ -64,7 +69,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from foundry_core.engine.fork_server import main_gc
+from foundry_core.engine.fork_server import main_gc, private_heap
 
 logger = logging.getLogger("foundry.fork_server")
 
@@ -311,6 +316,8 @@ class InEnviron:
         os.environ.update(self.environ)
         if gc_freeze_wanted(self.environ):
             gc.freeze()  # the inherited import heap: see the module
+        if private_heap.wanted(self.environ):
+            private_heap.start()  # that heap's pages copied up front, on a thread
         return self.target(*args, **kwargs)
 
 
