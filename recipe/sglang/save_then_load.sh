@@ -44,7 +44,8 @@
 #      SGLang logs every decode step (--decode-log-interval 1) and each start's JSON also gets
 #      step_tpot_ms, the scheduler's own step time per batch size (step_tpot.py);
 #      ALSO_INSTANTIATE=MODE adds to each REPEAT round a LOAD start with
-#      FOUNDRY_SGLANG_INSTANTIATE=MODE (load-MODE-N); WEIGHTS=dummy: a model folder without
+#      FOUNDRY_SGLANG_INSTANTIATE=MODE (load-MODE-N); ALSO_ENV=NAME=VALUE adds one with that
+#      variable (load-env-N, e.g. FOUNDRY_FORK_PRIVATE_HEAP=0); WEIGHTS=dummy: a model folder without
 #      weights keeps the engine's dummy ones (by default recipe/random_weights.py writes random
 #      ones first; it refuses models over 1e9 parameters).
 # Output: OUT_DIR (default /tmp/foundry-sglang-recipe) holds one log and one JSON per start.
@@ -286,12 +287,16 @@ if [ "${REPEAT:-1}" -gt 1 ]; then
     run "load-$i" --foundry-archive "$ARCHIVE" --foundry-mode load; names+=("load-$i")
     expect_log "$OUT/load-$i.log" "$RESTORED" \
       "the LOAD start load-$i restored no graphs (see $OUT/load-$i.log)"
-    [ -n "${ALSO_INSTANTIATE:-}" ] || continue
-    variant="load-$ALSO_INSTANTIATE-$i"
-    FOUNDRY_SGLANG_INSTANTIATE=$ALSO_INSTANTIATE run "$variant" --foundry-archive "$ARCHIVE" --foundry-mode load
-    names+=("$variant")
-    expect_log "$OUT/$variant.log" "$RESTORED" \
-      "the LOAD start $variant restored no graphs (see $OUT/$variant.log)"
+    variants=()
+    [ -z "${ALSO_INSTANTIATE:-}" ] || variants+=("load-$ALSO_INSTANTIATE-$i:FOUNDRY_SGLANG_INSTANTIATE=$ALSO_INSTANTIATE")
+    [ -z "${ALSO_ENV:-}" ] || variants+=("load-env-$i:$ALSO_ENV")
+    for v in "${variants[@]}"; do
+      variant=${v%%:*}
+      ( export "${v#*:}"; run "$variant" --foundry-archive "$ARCHIVE" --foundry-mode load )
+      names+=("$variant")
+      expect_log "$OUT/$variant.log" "$RESTORED" \
+        "the LOAD start $variant restored no graphs (see $OUT/$variant.log)"
+    done
   done
   compare_tokens "outputs differ from {ref}: {bad}" \
     "identical {what} ({count} completions, {distinct} distinct) across {names}" "${names[@]}"
