@@ -29,51 +29,87 @@ MAPS = """\
 
 def test_only_private_writable_anonymous_mappings_are_noted():
     assert private_heap.inherited(MAPS) == [(0x01E5A000, 0x02B20000), (0x7F2C10000000, 0x7F2C14000000)]
+    assert private_heap.MapsLine.parse("7f00-7f10 rw-p 00000000 00:00 0 [stack:1234]").private_anon_writable is False
+    assert private_heap.MapsLine.parse("7f00-7f10 rw-p 00000000 00:00 0 [stackish]").private_anon_writable is True
 
 
-def test_a_mapping_is_copied_only_when_half_resident_and_within_the_cap():
-    ranges = [(0, 100), (100, 300), (300, 400)]
-    assert private_heap.worth_copying(ranges, {0: 60, 100: 40, 300: 100}) == [(0, 100), (300, 400)]
-    assert private_heap.worth_copying(ranges, {0: 100, 100: 200, 300: 100}, max_bytes=300) == [(0, 100), (100, 300)]
+def _entries(*top_bytes: int) -> bytes:
+    """Pagemap entries whose top byte (present 0x80, exclusive 0x01) is each of ``top_bytes``."""
+    return b"".join((0x1234 | b << 56).to_bytes(8, "little") for b in top_bytes)
 
 
-def test_resident_bytes_are_read_from_smaps():
-    smaps = ["01e5a000-02b20000 rw-p 00000000 00:00 0 [heap]\n", "Size:  13080 kB\n", "Rss:  12000 kB\n",
-             "7f2c10000000-7f2c14000000 rw-p 00000000 00:00 0\n", "Rss:  4 kB\n", "VmFlags: rd wr mr mw me ac\n"]
-    assert private_heap.resident_bytes(smaps, {0x01E5A000}) == {0x01E5A000: 12000 * 1024}
+def test_only_pages_present_and_still_shared_are_copied():
+    page = private_heap.PAGE
+    # shared, shared, exclusive (written since the fork), absent (never touched), shared, swapped
+    entries = _entries(0x80, 0x80, 0x81, 0x00, 0x80, 0x40)
+    assert list(private_heap.shared_runs(entries, 0x10000)) == [(0x10000, 2 * page), (0x10000 + 4 * page, page)]
 
 
-def test_chunks_cover_each_range():
-    assert list(private_heap.chunks([(0, 10), (20, 25)], size=4)) == [(0, 4), (4, 4), (8, 2), (20, 4), (24, 1)]
+def test_pieces_cover_each_range():
+    assert list(private_heap.pieces([(0, 10), (20, 25)], size=4)) == [(0, 4), (4, 4), (8, 2), (20, 4), (24, 1)]
+    assert private_heap.PIECE <= 4 << 20  # each call holds the mapping lock the main thread's mmap waits for
 
 
 class _FakeMadvise:
-    def __init__(self, codes):
-        self.codes, self.calls = list(codes), []
+    def __init__(self, codes, supported=True):
+        self.codes, self.calls, self.supported = list(codes), [], supported
 
     def populate_write(self, address, length):
+        if (address, length) == (0, 0):
+            return 0 if self.supported else errno.EINVAL
         self.calls.append((address, length))
         return self.codes.pop(0) if self.codes else 0
 
 
-def test_a_kernel_without_the_call_stops_at_once_and_a_changed_range_is_skipped(tmp_path):
-    big = 3 * private_heap.CHUNK
-    smaps = tmp_path / "smaps"
-    smaps.write_text(f"1000-{0x1000 + big:x} rw-p 0 00:00 0\nRss: {big // 1024} kB\n")
-    old_kernel = _FakeMadvise([errno.EINVAL])
-    out = private_heap.copy([(0x1000, 0x1000 + big)], old_kernel, str(smaps))
-    assert out.stopped and "5.14" in out.stopped and out.copied == 0 and len(old_kernel.calls) == 1
-    unmapped_since = _FakeMadvise([0, errno.ENOMEM, 0])
-    out = private_heap.copy([(0x1000, 0x1000 + big)], unmapped_since, str(smaps))
-    assert out.stopped is None and out.copied == 2 * private_heap.CHUNK and len(unmapped_since.calls) == 3
+def _pagemap(tmp_path, start_page: int, top_bytes: list[int]):
+    path = tmp_path / "pagemap"
+    path.write_bytes(b"\0" * 8 * start_page + _entries(*top_bytes))
+    return str(path)
 
 
-def test_unreadable_residency_copies_nothing_and_says_why(tmp_path):
-    out = private_heap.copy([(0x1000, 0x2000)], _FakeMadvise([]), str(tmp_path / "missing"))
-    assert out.copied == 0 and "smaps" in out.stopped
+def test_a_kernel_without_the_call_is_told_by_the_probe(tmp_path):
+    fake = _FakeMadvise([], supported=False)
+    out = private_heap.populate([(0, private_heap.PAGE)], fake, _pagemap(tmp_path, 0, [0x80]))
+    assert "5.14" in out.stopped and out.copied == 0 and fake.calls == []
 
 
-@pytest.mark.parametrize("value, expected", [(None, True), ("1", True), ("0", False), ("Off", False), ("no", False)])
+def test_a_changed_range_is_skipped_and_enomem_stops(tmp_path):
+    page = private_heap.PAGE
+    ranges = [(0, 3 * page)]
+    pagemap = _pagemap(tmp_path, 0, [0x80, 0x00, 0x80])
+    out = private_heap.populate(ranges, _FakeMadvise([errno.EINVAL, 0]), pagemap, max_bytes=1 << 30)
+    assert out.stopped is None and out.copied == page
+    out = private_heap.populate(ranges, _FakeMadvise([errno.ENOMEM]), pagemap, max_bytes=1 << 30)
+    assert out.stopped == "ENOMEM" and out.copied == 0
+
+
+def test_the_cap_and_a_fork_stop_the_copy(tmp_path):
+    page = private_heap.PAGE
+    pagemap = _pagemap(tmp_path, 0, [0x80, 0x00, 0x80])
+    out = private_heap.populate([(0, 3 * page)], _FakeMadvise([]), pagemap, max_bytes=page)
+    assert out.copied == page and "cap" in out.stopped
+    stop = private_heap.threading.Event()
+    stop.set()
+    out = private_heap.populate([(0, 3 * page)], _FakeMadvise([]), pagemap, stop=stop, max_bytes=1 << 30)
+    assert out.copied == 0 and out.stopped == "the child forked"
+
+
+def test_an_unreadable_pagemap_copies_nothing_and_says_why(tmp_path):
+    out = private_heap.populate([(0, private_heap.PAGE)], _FakeMadvise([]), str(tmp_path / "missing"))
+    assert out.copied == 0 and "pagemap" in out.stopped
+
+
+def test_the_cgroup_headroom(tmp_path):
+    (tmp_path / "memory.max").write_text("1000\n")
+    (tmp_path / "memory.current").write_text("400\n")
+    assert private_heap.headroom(tmp_path) == 600
+    (tmp_path / "memory.max").write_text("max\n")
+    assert private_heap.headroom(tmp_path) is None
+    assert private_heap.headroom(tmp_path / "absent") is None
+
+
+@pytest.mark.parametrize("value, expected", [(None, True), ("1", True), ("0", False), ("Off", False), ("no", False),
+                                             (" off ", False)])
 def test_the_switch(value, expected):
     assert private_heap.wanted({} if value is None else {private_heap.ENV: value}) is expected
 
@@ -82,43 +118,41 @@ def test_the_switch(value, expected):
 # (client.InEnviron), which starts the copy unless switched off; the child then walks the
 # inherited objects and reports its page faults, and how much a sparse mapping grew.
 CHILD = textwrap.dedent("""
-    import json, mmap, os, resource, sys, time
+    import ctypes, json, mmap, os, resource, sys, threading
     from foundry_core.engine.fork_server import client, private_heap
 
     heap = [{"n": i, "s": str(i)} for i in range(400_000)]  # ~100 MiB of objects, as imports leave
     sparse = mmap.mmap(-1, 1 << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # 1 GiB, one page touched
     sparse[0] = 1
+    sparse_at = ctypes.addressof(ctypes.c_char.from_buffer(sparse))
 
-    def rss_of_sparse():
-        start = None
-        with open("/proc/self/smaps") as f:
-            for line in f:
-                head = line.split(" ", 1)[0]
-                if "-" in head and not head.endswith(":"):
-                    lo, hi = (int(x, 16) for x in head.split("-"))
-                    start = lo if hi - lo == 1 << 30 else None
-                elif start is not None and line.startswith("Rss:"):
-                    return int(line.split()[1])
+    def present_pages(address, length):
+        with open("/proc/self/pagemap", "rb") as f:
+            f.seek(address // private_heap.PAGE * 8)
+            entries = f.read(length // private_heap.PAGE * 8)
+        return sum(1 for b in entries[7::8] if b & 0x80)
 
     def child():
-        thread = next((t for t in __import__("threading").enumerate() if t.name == "foundry-heap-copy"), None)
+        thread = next((t for t in threading.enumerate() if t.name == "foundry-heap-copy"), None)
         if thread is not None:
             thread.join()
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         total = sum(d["n"] for d in heap)  # touches every inherited object's reference count
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-        outcome = private_heap.RESULT[0].__dict__ if private_heap.RESULT else None
-        print(json.dumps({"faults": faults, "sparse_kib": rss_of_sparse(), "copied": thread is not None,
-                          "outcome": outcome}))
+        outcome = private_heap.last_outcome()
+        print(json.dumps({"faults": faults, "sparse_pages": present_pages(sparse_at, 1 << 30),
+                          "copied": thread is not None, "outcome": outcome and outcome.__dict__}))
         sys.stdout.flush()
 
     pid = os.fork()
     if pid == 0:
+        code = 1
         try:
             client.InEnviron(dict(os.environ), child)()
+            code = 0
         finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
+            os._exit(code)
+    sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 """)
 
 
@@ -139,7 +173,7 @@ def test_a_forked_child_copies_its_inherited_heap_up_front(tmp_path):
         pytest.skip(copied["outcome"]["stopped"])
     assert copied["copied"] is True and copied["outcome"]["copied"] > 50 << 20
     assert copied["faults"] < shared["faults"] / 10, (copied, shared)
-    assert 0 < copied["sparse_kib"] < 1024  # the sparse reservation was left as it was
+    assert copied["sparse_pages"] == shared["sparse_pages"] > 0  # the untouched reservation was not filled
 
 
 def test_the_child_target_starts_no_copy_when_switched_off(monkeypatch):

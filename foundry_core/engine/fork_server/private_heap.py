@@ -5,21 +5,22 @@ A child forked from the fork server shares the server's memory pages until it wr
 each first write to a page costs a page fault and a copy (copy-on-write). Python writes to the
 page of every object it uses (its reference count), so in the forked child every code path that
 runs for the first time is slower than in a spawned child, whose import heap is its own from the
-start. Walking the module namespaces of a vLLM import heap took 96.8 ms in a forked child, 26043
-page faults, against 12.1 ms in its parent (on a 2-core x86_64 host). A request that comes while
-the child still meets pages for the first time pays that.
+start. Walking the module namespaces of a vLLM import heap took 82-130 ms in a forked child, with
+26000 page faults, against 12-13 ms in its parent (two runs on a 2-core x86_64 host). A request
+that comes while the child still meets pages for the first time pays that.
 
-So the child asks the kernel to take those faults up front (``madvise(MADV_POPULATE_WRITE)``,
-Linux 5.14 and later: the pages are copied as if written, their contents untouched), on a daemon
-thread, while its main thread starts the engine: ctypes lets go of the GIL for each call. On the
-same host the thread copied 374 MiB in 0.18 s, and the same walk then took 11.4 ms with 173 page
-faults. The child ends up with about the memory of a spawned child, which has its own import heap.
+So the child has the kernel take those faults up front (``madvise(MADV_POPULATE_WRITE)``, Linux
+5.14 and later: each page is copied as if written, its contents untouched), on a daemon thread,
+while its main thread starts the engine; ctypes lets go of the GIL for each call. On the same host
+the thread copied 366 MiB in 0.32-0.50 s, and the same walk then took 14-21 ms with 140 page faults.
 
-Only the private, writable, anonymous mappings the child had when it began are copied, each only
-when at least half of it is resident (a sparse reservation would otherwise fill with zero pages),
-:data:`MAX_BYTES` at most in all, in chunks of :data:`CHUNK` so that the main thread's own mapping
-changes are not held up. ``FOUNDRY_FORK_PRIVATE_HEAP=0`` (or false, no, off) leaves the pages
-shared until written, as a plain fork does.
+Only pages still shared are copied: present, and not mapped by this process alone
+(``/proc/self/pagemap``), in the private, writable, anonymous mappings the child had when it began.
+A page never touched is not filled, so the child ends up with about the memory of a spawned child,
+which has its own import heap; a cgroup memory limit caps it at half the headroom left. The thread
+works in pieces of :data:`PIECE` (each ``madvise`` holds the process's mapping lock, which the
+main thread's own mmap and munmap wait for), and stops before the child forks again.
+``FOUNDRY_FORK_PRIVATE_HEAP=0`` (or false, no, off) leaves the pages shared until written.
 
 This module imports only the standard library (ctypes only when the thread runs).
 """
@@ -27,17 +28,25 @@ This module imports only the standard library (ctypes only when the thread runs)
 from __future__ import annotations
 
 import errno
+import os
+import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 ENV = "FOUNDRY_FORK_PRIVATE_HEAP"
 OFF_WORDS = ("0", "false", "no", "off")
 MADV_POPULATE_WRITE = 23  # <linux/mman.h>, Linux 5.14
-CHUNK = 64 << 20
+PAGE = os.sysconf("SC_PAGE_SIZE")
+PIECE = 2 << 20
 MAX_BYTES = 16 << 30
 ITEM = "heap copy thread cpu"  # the critical-path line's overlapped item (critical_path.py)
+CGROUP = Path("/sys/fs/cgroup")
+# A pagemap entry's top byte: bit 63 (0x80) present, bit 56 (0x01) mapped by this process alone.
+_SHARED = bytes(1 if b & 0x81 == 0x80 else 0 for b in range(256))
+_RUNS = re.compile(b"\x01+")
 
 
 def wanted(environ: Mapping[str, str]) -> bool:
@@ -48,135 +57,149 @@ def wanted(environ: Mapping[str, str]) -> bool:
 @dataclass(frozen=True)
 class MapsLine:
     """One line of ``/proc/self/maps``: [start, end) and whether it is private, writable and
-    anonymous (no file, not the stack)."""
+    anonymous (no file, not a stack)."""
 
     start: int
     end: int
-    anonymous_writable: bool
+    private_anon_writable: bool
 
     @classmethod
     def parse(cls, line: str) -> MapsLine:
         fields = line.split()
         start, end = (int(x, 16) for x in fields[0].split("-"))
         name = fields[5] if len(fields) > 5 else ""
-        private_anon = fields[1] == "rw-p" and fields[4] == "0" and not name.startswith("[s")  # [stack], [stack:N]
-        return cls(start, end, private_anon)
+        stack = name == "[stack]" or name.startswith("[stack:")
+        return cls(start, end, fields[1] == "rw-p" and fields[4] == "0" and not stack)
 
 
 def inherited(maps_text: str) -> list[tuple[int, int]]:
-    """The [start, end) ranges worth copying in a ``/proc/self/maps`` text."""
-    ranges = []
-    for line in maps_text.splitlines():
-        if line.strip():
-            m = MapsLine.parse(line)
-            if m.anonymous_writable:
-                ranges.append((m.start, m.end))
-    return ranges
+    """The [start, end) ranges worth looking at in a ``/proc/self/maps`` text."""
+    lines = (MapsLine.parse(line) for line in maps_text.splitlines() if line.strip())
+    return [(m.start, m.end) for m in lines if m.private_anon_writable]
 
 
-def resident_bytes(smaps_lines: Iterable[str], starts: set[int]) -> dict[int, int]:
-    """{start: resident bytes} for the mappings of a ``/proc/self/smaps`` text that begin at one
-    of ``starts``."""
-    resident: dict[int, int] = {}
-    current = None
-    for line in smaps_lines:
-        head = line.split(" ", 1)[0]
-        if "-" in head and not head.endswith(":"):
-            start = int(head.split("-", 1)[0], 16)
-            current = start if start in starts else None
-        elif current is not None and line.startswith("Rss:"):
-            resident[current] = int(line.split()[1]) * 1024
-    return resident
+def shared_runs(entries: bytes, address: int) -> Iterator[tuple[int, int]]:
+    """(address, length) of each run of pages still shared in ``entries``: the pagemap entries
+    (8 bytes each, little-endian) of the pages from ``address`` on."""
+    for run in _RUNS.finditer(entries[7::8].translate(_SHARED)):
+        yield address + run.start() * PAGE, (run.end() - run.start()) * PAGE
 
 
-def worth_copying(ranges: list[tuple[int, int]], resident: Mapping[int, int],
-                  max_bytes: int = MAX_BYTES) -> list[tuple[int, int]]:
-    """The ranges at least half resident, in order, up to ``max_bytes`` in all."""
-    kept, total = [], 0
-    for start, end in ranges:
-        size = end - start
-        if resident.get(start, 0) * 2 >= size and total + size <= max_bytes:
-            kept.append((start, end))
-            total += size
-    return kept
-
-
-def chunks(ranges: Iterable[tuple[int, int]], size: int = CHUNK) -> Iterator[tuple[int, int]]:
-    """(address, length) pieces of at most ``size`` bytes covering ``ranges``."""
+def pieces(ranges: list[tuple[int, int]], size: int | None = None) -> Iterator[tuple[int, int]]:
+    """(address, length) pieces of at most ``size`` (default :data:`PIECE`) covering ``ranges``."""
+    size = size or PIECE
     for start, end in ranges:
         for address in range(start, end, size):
             yield address, min(size, end - address)
 
 
+def headroom(cgroup: Path = CGROUP) -> int | None:
+    """Bytes this cgroup (v2) may still use before its limit; None when it has none or says none."""
+    try:
+        limit = (cgroup / "memory.max").read_text().strip()
+        used = int((cgroup / "memory.current").read_text())
+    except (OSError, ValueError):
+        return None
+    return None if limit == "max" else max(int(limit) - used, 0)
+
+
 @dataclass
 class Outcome:
-    """What the thread did: bytes copied, seconds, and why it stopped early (None: it did not)."""
+    """What the thread did: bytes of shared pages copied, seconds, and why it stopped early (None:
+    it did not)."""
 
     copied: int = 0
     seconds: float = 0.0
     stopped: str | None = None
 
 
-class _Madvise:
+class Madvise:
+    """``madvise(MADV_POPULATE_WRITE)`` through ctypes (which lets go of the GIL for the call)."""
+
     def __init__(self) -> None:
         import ctypes  # here, not at import: the start-up hook imports this module with client.py
 
         self._ctypes = ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        self._call = libc.madvise
+        self._call = ctypes.CDLL(None, use_errno=True).madvise
         self._call.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         self._call.restype = ctypes.c_int
 
     def populate_write(self, address: int, length: int) -> int:
-        """0, or the errno of ``madvise(address, length, MADV_POPULATE_WRITE)``."""
+        """0, or the errno of the call; ``(0, 0)`` asks whether the kernel knows it."""
         return 0 if self._call(address, length, MADV_POPULATE_WRITE) == 0 else self._ctypes.get_errno()
 
 
-def copy(ranges: list[tuple[int, int]], madvise: _Madvise | None = None, smaps: str = "/proc/self/smaps") -> Outcome:
-    """Copies ``ranges`` (from :func:`inherited`) where worth it (:func:`worth_copying`, by the
-    residency in ``smaps``). A range the engine unmapped or protected meanwhile is skipped; a
-    kernel without the call stops it."""
-    began = time.perf_counter()
-    outcome = Outcome()
+def populate(ranges: list[tuple[int, int]], madvise: Madvise | None = None, pagemap: str = "/proc/self/pagemap",
+             stop: threading.Event | None = None, max_bytes: int | None = None) -> Outcome:
+    """Copies the pages of ``ranges`` (from :func:`inherited`) still shared, piece by piece, each
+    piece's pages read from ``pagemap`` just before; up to ``max_bytes`` (default: :data:`MAX_BYTES`,
+    or half the cgroup's headroom when less), until ``stop`` is set."""
+    began, outcome = time.perf_counter(), Outcome()
+    room = headroom()
+    limit = max_bytes if max_bytes is not None else min(MAX_BYTES, room // 2 if room is not None else MAX_BYTES)
     try:
-        with open(smaps) as f:
-            todo = worth_copying(ranges, resident_bytes(f, {start for start, _ in ranges}))
-        madvise = madvise or _Madvise()
-    except OSError as exc:
-        outcome.stopped = f"cannot read /proc/self/smaps or call madvise ({exc})"
-        return outcome
-    for address, length in chunks(todo):
-        code = madvise.populate_write(address, length)
-        if code == 0:
-            outcome.copied += length
-        elif code == errno.EINVAL and not outcome.copied:  # a kernel before 5.14: the first call tells
+        madvise = madvise or Madvise()
+        if madvise.populate_write(0, 0) != 0:
             outcome.stopped = "this kernel has no MADV_POPULATE_WRITE (Linux 5.14)"
-            break
-        # Else the range changed since it was noted (ENOMEM: unmapped; EFAULT, EPERM, EINVAL:
-        # protected or remapped by the engine): skip it.
-    outcome.seconds = time.perf_counter() - began
+            return outcome
+        with open(pagemap, "rb", buffering=0) as entries:
+            for address, length in pieces(ranges):
+                if stop is not None and stop.is_set():
+                    outcome.stopped = "the child forked"
+                    break
+                entries.seek(address // PAGE * 8)
+                for run, size in shared_runs(entries.read(length // PAGE * 8), address):
+                    if outcome.copied + size > limit:
+                        outcome.stopped = f"the cap of {limit >> 20} MiB"
+                        return outcome
+                    code = madvise.populate_write(run, size)
+                    if code == errno.ENOMEM:  # unmapped since, or no memory left: either way, stop
+                        outcome.stopped = "ENOMEM"
+                        return outcome
+                    outcome.copied += size if code == 0 else 0  # EINVAL, EFAULT: changed since; skipped
+    except OSError as exc:
+        outcome.stopped = f"cannot read {pagemap} ({exc})"
+    finally:
+        outcome.seconds = time.perf_counter() - began
     return outcome
 
 
+_OUTCOMES: list[Outcome] = []
+_STOP = threading.Event()
+_THREAD: list[threading.Thread] = []
+
+
+def last_outcome() -> Outcome | None:
+    """This process's outcome, once its thread is done (tests, diagnostics)."""
+    return _OUTCOMES[-1] if _OUTCOMES else None
+
+
+def _before_fork() -> None:
+    # A child of this child would inherit the pages half copied and share them again: stop first.
+    _STOP.set()
+    for thread in _THREAD:
+        thread.join(0.1)
+
+
 def start() -> threading.Thread | None:
-    """In a child just forked: notes its mappings now, then copies them on a daemon thread, whose
-    CPU time goes to the critical-path line's overlapped :data:`ITEM`. None when the mappings
-    cannot be read."""
+    """In a child just forked: notes its mappings now, then copies their shared pages on a daemon
+    thread, whose CPU time goes to the critical-path line's overlapped :data:`ITEM`. None when it
+    could not start. Never raises: the child then runs with its pages shared, as a plain fork."""
     try:
         with open("/proc/self/maps") as f:
             ranges = inherited(f.read())
-    except OSError:
+
+        def run() -> None:
+            from foundry_core.engine.critical_path import LEDGER  # the child's ledger, empty since the fork
+
+            with LEDGER.background(ITEM):
+                _OUTCOMES.append(populate(ranges, stop=_STOP))
+
+        if not _THREAD:
+            os.register_at_fork(before=_before_fork)
+        thread = threading.Thread(target=run, name="foundry-heap-copy", daemon=True)
+        _THREAD[:] = [thread]
+        thread.start()
+        return thread
+    except Exception:  # noqa: BLE001 - best effort: the child's engine start must go on
         return None
-
-    def run() -> None:
-        from foundry_core.engine.critical_path import LEDGER  # the child's ledger, empty since the fork
-
-        with LEDGER.background(ITEM):
-            RESULT.append(copy(ranges))
-
-    thread = threading.Thread(target=run, name="foundry-heap-copy", daemon=True)
-    thread.start()
-    return thread
-
-
-RESULT: list[Outcome] = []  # this process's outcome, once the thread is done (tests, diagnostics)
