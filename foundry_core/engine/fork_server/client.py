@@ -69,7 +69,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from foundry_core.engine.fork_server import main_gc, private_heap
+from foundry_core.engine.fork_server import main_gc
 
 logger = logging.getLogger("foundry.fork_server")
 
@@ -316,6 +316,8 @@ class InEnviron:
         os.environ.update(self.environ)
         if gc_freeze_wanted(self.environ):
             gc.freeze()  # the inherited import heap: see the module
+        from foundry_core.engine.fork_server import private_heap  # here: not at interpreter start-up
+
         if private_heap.wanted(self.environ):
             private_heap.start()  # that heap's pages copied up front, on a thread
         return self.target(*args, **kwargs)

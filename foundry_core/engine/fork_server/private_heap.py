@@ -22,11 +22,12 @@ works in pieces of :data:`PIECE` (each ``madvise`` holds the process's mapping l
 main thread's own mmap and munmap wait for), and stops before the child forks again.
 ``FOUNDRY_FORK_PRIVATE_HEAP=0`` (or false, no, off) leaves the pages shared until written.
 
-This module imports only the standard library (ctypes only when the thread runs).
+This module imports only the standard library; the child imports it after the fork.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import re
@@ -117,16 +118,13 @@ class Madvise:
     """``madvise(MADV_POPULATE_WRITE)`` through ctypes (which lets go of the GIL for the call)."""
 
     def __init__(self) -> None:
-        import ctypes  # here, not at import: the start-up hook imports this module with client.py
-
-        self._ctypes = ctypes
         self._call = ctypes.CDLL(None, use_errno=True).madvise
         self._call.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         self._call.restype = ctypes.c_int
 
     def populate_write(self, address: int, length: int) -> int:
         """0, or the errno of the call; ``(0, 0)`` asks whether the kernel knows it."""
-        return 0 if self._call(address, length, MADV_POPULATE_WRITE) == 0 else self._ctypes.get_errno()
+        return 0 if self._call(address, length, MADV_POPULATE_WRITE) == 0 else ctypes.get_errno()
 
 
 def populate(ranges: list[tuple[int, int]], madvise: Madvise | None = None, pagemap: str = "/proc/self/pagemap",
