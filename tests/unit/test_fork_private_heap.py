@@ -187,3 +187,23 @@ def test_the_child_target_starts_no_copy_when_switched_off(monkeypatch):
         os.environ.clear()
         os.environ.update(here)
     assert started == [True]
+
+
+def test_what_the_thread_did_is_logged_and_a_copy_cut_short_is_a_warning(caplog):
+    caplog.set_level("INFO", logger="foundry.fork_server")
+    private_heap._say(private_heap.Outcome(copied=366 << 20, seconds=0.32))
+    private_heap._say(private_heap.Outcome(copied=0, seconds=0.0, stopped="this kernel has no MADV_POPULATE_WRITE"))
+    done, cut = caplog.records
+    assert done.levelname == "INFO" and "copied 366 MiB" in done.getMessage()
+    assert cut.levelname == "WARNING" and "no MADV_POPULATE_WRITE" in cut.getMessage()
+    assert "FOUNDRY_FORK_PRIVATE_HEAP=0" in cut.getMessage()
+
+
+def test_a_copy_that_cannot_start_says_so_and_does_not_raise(monkeypatch, caplog):
+    def refused(*args, **kwargs):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(private_heap.threading, "Thread", refused)
+    monkeypatch.setattr(private_heap, "_fork_hook", True)  # no at-fork hook left in this test process
+    assert private_heap.start() is None
+    assert "did not start: RuntimeError" in caplog.text

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import os
 import re
 import threading
@@ -37,12 +38,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+logger = logging.getLogger("foundry.fork_server")
+
 ENV = "FOUNDRY_FORK_PRIVATE_HEAP"
 OFF_WORDS = ("0", "false", "no", "off")
 MADV_POPULATE_WRITE = 23  # <linux/mman.h>, Linux 5.14
 PAGE = os.sysconf("SC_PAGE_SIZE")
 PIECE = 2 << 20
 MAX_BYTES = 16 << 30
+FORKED = "the child forked"  # Outcome.stopped when the child forks again: expected, not a problem
 ITEM = "heap copy thread cpu"  # the critical-path line's overlapped item (critical_path.py)
 CGROUP = Path("/sys/fs/cgroup")
 # A pagemap entry's top byte: bit 63 (0x80) present, bit 56 (0x01) mapped by this process alone.
@@ -143,7 +147,7 @@ def populate(ranges: list[tuple[int, int]], madvise: Madvise | None = None, page
         with open(pagemap, "rb", buffering=0) as entries:
             for address, length in pieces(ranges):
                 if stop is not None and stop.is_set():
-                    outcome.stopped = "the child forked"
+                    outcome.stopped = FORKED
                     break
                 entries.seek(address // PAGE * 8)
                 for run, size in shared_runs(entries.read(length // PAGE * 8), address):
@@ -164,7 +168,8 @@ def populate(ranges: list[tuple[int, int]], madvise: Madvise | None = None, page
 
 _OUTCOMES: list[Outcome] = []
 _STOP = threading.Event()
-_THREAD: list[threading.Thread] = []
+_thread: threading.Thread | None = None
+_fork_hook = False
 
 
 def last_outcome() -> Outcome | None:
@@ -175,14 +180,27 @@ def last_outcome() -> Outcome | None:
 def _before_fork() -> None:
     # A child of this child would inherit the pages half copied and share them again: stop first.
     _STOP.set()
-    for thread in _THREAD:
-        thread.join(0.1)
+    if _thread is not None:
+        _thread.join(0.1)
+
+
+def _say(outcome: Outcome) -> None:
+    """One line: what was copied, or why not all of it (a warning: its first requests then take
+    the page faults for the rest, as in a plain fork)."""
+    done = f"copied {outcome.copied >> 20} MiB of the heap it inherited in {outcome.seconds:.2f} s"
+    if outcome.stopped in (None, FORKED):
+        logger.info("foundry: this forked process %s", done)
+    else:
+        logger.warning("foundry: this forked process %s, then stopped: %s; the rest stays shared with the fork server "
+                       "until written (%s=0 turns the copy off)", done, outcome.stopped, ENV)
 
 
 def start() -> threading.Thread | None:
     """In a child just forked: notes its mappings now, then copies their shared pages on a daemon
     thread, whose CPU time goes to the critical-path line's overlapped :data:`ITEM`. None when it
-    could not start. Never raises: the child then runs with its pages shared, as a plain fork."""
+    could not start (logged). Never raises: the child then runs with its pages shared, as a plain
+    fork."""
+    global _thread, _fork_hook
     try:
         with open("/proc/self/maps") as f:
             ranges = inherited(f.read())
@@ -191,13 +209,17 @@ def start() -> threading.Thread | None:
             from foundry_core.engine.critical_path import LEDGER  # the child's ledger, empty since the fork
 
             with LEDGER.background(ITEM):
-                _OUTCOMES.append(populate(ranges, stop=_STOP))
+                outcome = populate(ranges, stop=_STOP)
+            _OUTCOMES.append(outcome)
+            _say(outcome)
 
-        if not _THREAD:
+        if not _fork_hook:
             os.register_at_fork(before=_before_fork)
-        thread = threading.Thread(target=run, name="foundry-heap-copy", daemon=True)
-        _THREAD[:] = [thread]
-        thread.start()
-        return thread
-    except Exception:  # noqa: BLE001 - best effort: the child's engine start must go on
+            _fork_hook = True
+        _thread = threading.Thread(target=run, name="foundry-heap-copy", daemon=True)
+        _thread.start()
+        return _thread
+    except Exception as exc:  # noqa: BLE001 - best effort: the child's engine start must go on
+        logger.warning("foundry: this forked process keeps the heap it inherited shared until written (the copy did "
+                       "not start: %s: %s)", type(exc).__name__, exc)
         return None
