@@ -45,7 +45,7 @@
 #      step_tpot_ms, the scheduler's own step time per batch size (step_tpot.py);
 #      ALSO_INSTANTIATE=MODE adds to each REPEAT round a LOAD start with
 #      FOUNDRY_SGLANG_INSTANTIATE=MODE (load-MODE-N); ALSO_ENV=NAME=VALUE adds one with that
-#      variable (load-env-N, e.g. FOUNDRY_FORK_PRIVATE_HEAP=0); WEIGHTS=dummy: a model folder without
+#      variable (load-env-N, e.g. FOUNDRY_FORK_PRIVATE_HEAP=1); WEIGHTS=dummy: a model folder without
 #      weights keeps the engine's dummy ones (by default recipe/random_weights.py writes random
 #      ones first; it refuses models over 1e9 parameters).
 # Output: OUT_DIR (default /tmp/foundry-sglang-recipe) holds one log and one JSON per start.

@@ -1,7 +1,7 @@
-"""A child forked from the fork server copies the heap it inherited up front, on a thread
-(foundry_core/engine/fork_server/private_heap.py): afterwards its first pass over inherited
-objects takes no copy-on-write faults, a sparse mapping stays unfilled, and the switch leaves the
-pages shared."""
+"""With FOUNDRY_FORK_PRIVATE_HEAP=1 a child forked from the fork server copies the heap it
+inherited up front, on a thread (foundry_core/engine/fork_server/private_heap.py): afterwards its
+first pass over inherited objects takes no copy-on-write faults, and a sparse mapping stays
+unfilled. By default the pages stay shared."""
 
 from __future__ import annotations
 
@@ -108,8 +108,8 @@ def test_the_cgroup_headroom(tmp_path):
     assert private_heap.headroom(tmp_path / "absent") is None
 
 
-@pytest.mark.parametrize("value, expected", [(None, True), ("1", True), ("0", False), ("Off", False), ("no", False),
-                                             (" off ", False)])
+@pytest.mark.parametrize("value, expected", [(None, False), ("1", True), (" On ", True), ("yes", True), ("0", False),
+                                             ("Off", False), ("no", False)])
 def test_the_switch(value, expected):
     assert private_heap.wanted({} if value is None else {private_heap.ENV: value}) is expected
 
@@ -166,9 +166,9 @@ def _child(tmp_path, **env) -> dict:
 
 
 def test_a_forked_child_copies_its_inherited_heap_up_front(tmp_path):
-    shared = _child(tmp_path, FOUNDRY_FORK_PRIVATE_HEAP="0")
+    shared = _child(tmp_path)  # off by default
     assert shared["copied"] is False and shared["faults"] > 5000  # a copy-on-write fault per page written
-    copied = _child(tmp_path)
+    copied = _child(tmp_path, FOUNDRY_FORK_PRIVATE_HEAP="1")
     if copied["outcome"] and copied["outcome"]["stopped"]:
         pytest.skip(copied["outcome"]["stopped"])
     assert copied["copied"] is True and copied["outcome"]["copied"] > 50 << 20
@@ -176,13 +176,13 @@ def test_a_forked_child_copies_its_inherited_heap_up_front(tmp_path):
     assert copied["sparse_pages"] == shared["sparse_pages"] > 0  # the untouched reservation was not filled
 
 
-def test_the_child_target_starts_no_copy_when_switched_off(monkeypatch):
+def test_the_child_target_starts_the_copy_only_when_switched_on(monkeypatch):
     started = []
     monkeypatch.setattr(private_heap, "start", lambda: started.append(True))
     here = dict(os.environ)
     try:  # the target takes on the environment it is given, as a child does
-        client.InEnviron({**here, "FOUNDRY_FORK_PRIVATE_HEAP": "off", "FOUNDRY_FORK_GC_FREEZE": "0"}, lambda: None)()
-        client.InEnviron({**here, "FOUNDRY_FORK_GC_FREEZE": "0"}, lambda: None)()
+        client.InEnviron({**here, "FOUNDRY_FORK_GC_FREEZE": "0"}, lambda: None)()  # off by default
+        client.InEnviron({**here, "FOUNDRY_FORK_PRIVATE_HEAP": "1", "FOUNDRY_FORK_GC_FREEZE": "0"}, lambda: None)()
     finally:
         os.environ.clear()
         os.environ.update(here)

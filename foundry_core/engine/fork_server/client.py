@@ -33,9 +33,9 @@ main process, from the early start to the engine's first launch (:mod:`.main_gc`
 ``FOUNDRY_FORK_GC_FREEZE=0`` (or false, no, off) turns all three off.
 
 The child's first write to each page it inherited costs a page fault and a copy, which a spawned
-child, whose heap is its own, never pays: its early requests would. So the child has the kernel copy
-those pages on a thread while it starts the engine (:mod:`.private_heap`;
-``FOUNDRY_FORK_PRIVATE_HEAP=0`` leaves them shared until written).
+child, whose heap is its own, never pays: its early requests would. With
+``FOUNDRY_FORK_PRIVATE_HEAP=1`` the child has the kernel copy those pages on a thread while it
+starts the engine (:mod:`.private_heap`; off by default until a GPU run has measured it).
 
 Spawn is kept, with the reason logged once, wherever a fork would not be the same child
 (:func:`spawn_reason`):

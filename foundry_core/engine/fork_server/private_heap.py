@@ -20,7 +20,9 @@ A page never touched is not filled, so the child ends up with about the memory o
 which has its own import heap; a cgroup memory limit caps it at half the headroom left. The thread
 works in pieces of :data:`PIECE` (each ``madvise`` holds the process's mapping lock, which the
 main thread's own mmap and munmap wait for), and stops before the child forks again.
-``FOUNDRY_FORK_PRIVATE_HEAP=0`` (or false, no, off) leaves the pages shared until written.
+
+Off by default until a GPU run shows what it does to an engine's start and first requests:
+``FOUNDRY_FORK_PRIVATE_HEAP=1`` (or true, yes, on) turns it on.
 
 This module imports only the standard library; the child imports it after the fork.
 """
@@ -41,7 +43,7 @@ from pathlib import Path
 logger = logging.getLogger("foundry.fork_server")
 
 ENV = "FOUNDRY_FORK_PRIVATE_HEAP"
-OFF_WORDS = ("0", "false", "no", "off")
+ON_WORDS = ("1", "true", "yes", "on")
 MADV_POPULATE_WRITE = 23  # <linux/mman.h>, Linux 5.14
 PAGE = os.sysconf("SC_PAGE_SIZE")
 PIECE = 2 << 20
@@ -55,8 +57,8 @@ _RUNS = re.compile(b"\x01+")
 
 
 def wanted(environ: Mapping[str, str]) -> bool:
-    """Whether ``environ`` leaves :data:`ENV` on (the default)."""
-    return environ.get(ENV, "1").strip().lower() not in OFF_WORDS
+    """Whether ``environ`` turns :data:`ENV` on (off by default: see the module)."""
+    return environ.get(ENV, "0").strip().lower() in ON_WORDS
 
 
 @dataclass(frozen=True)
